@@ -1,0 +1,181 @@
+"""Typed run configuration: dataclasses filled from YAML plus `--set a.b=c` overrides.
+
+Unknown keys and values of the wrong type are errors that name the key and the file.
+"""
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kfray.errors import ConfigError
+
+
+@dataclass
+class SearchConfig:
+    islands: int = 4                 # islands per task
+    budget: int = 40                 # evaluations per task, seeds included
+    batch: int = 2                   # candidates an island proposes per generation
+    migrate_every: int = 3           # generations between migrations
+    migrants: int = 2                # top elites each island sends per migration
+    topology: str = "ring"           # ring | full | custom
+    adjacency: list = field(default_factory=list)  # for custom: adjacency[i] = islands i sends to
+    explore: float = 0.2             # parent selection: under-visited cells
+    exploit: float = 0.7             # parent selection: fitness-weighted elites
+    random: float = 0.1              # parent selection: uniform over elites
+    inspirations: int = 2            # elites of other cells shown with the parent
+    min_gain: float = 0.02           # relative gain an elite replacement must exceed, beyond the noise
+    time_limit_s: float = 0.0        # 0: none; otherwise stop proposing after this many seconds
+    seed: int = 0
+
+
+@dataclass
+class EvalConfig:
+    backend: str = "cpu"             # cpu | cuda | sycl
+    evaluators: int = 2              # evaluator actors (cuda: 0 means one per GPU)
+    num_cpus: float = 1.0            # CPUs each evaluator reserves
+    threads: int = 1                 # OpenMP threads in the sandbox (cpu backend)
+    timeout_s: float = 30.0          # one candidate's correctness + timing, in the sandbox
+    compile_timeout_s: float = 60.0
+    trials: int = 2                  # fresh random inputs per shape config for correctness
+    warmup: int = 1
+    repeats: int = 5                 # at least this many timed runs per shape config
+    max_repeats: int = 50
+    min_time_s: float = 0.02         # keep repeating until this much time was measured
+    memory_limit_mb: int = 4096      # address-space limit of the sandbox (cpu backend)
+    cache_dir: str = ""              # compile cache; default ~/.cache/kfray
+    flags: list = field(default_factory=list)  # extra compiler flags
+
+
+@dataclass
+class ProposerConfig:
+    kind: str = "offline"            # offline | llm
+    base_url: str = ""               # default: $OPENAI_BASE_URL
+    model: str = ""                  # default: $KFRAY_MODEL
+    api_key_env: str = "OPENAI_API_KEY"
+    temperature: float = 0.7
+    max_tokens: int = 4096
+    timeout_s: float = 120.0
+    max_retries: int = 4
+    backoff_s: float = 1.0
+
+
+@dataclass
+class PromptConfig:
+    population: int = 6              # meta-prompts kept alive
+    evolve_every: int = 6            # reports between new meta-prompts
+    explore: float = 0.2             # chance to sample a meta-prompt uniformly
+
+
+@dataclass
+class RunConfig:
+    tasks: list = field(default_factory=lambda: ["axpb", "softmax", "matmul"])
+    search: SearchConfig = field(default_factory=SearchConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    proposer: ProposerConfig = field(default_factory=ProposerConfig)
+    prompts: PromptConfig = field(default_factory=PromptConfig)
+    run_dir: str = ""
+    address: str = ""                # Ray address; empty starts a local instance
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+_CHOICES = {
+    ("search", "topology"): ("ring", "full", "custom"),
+    ("eval", "backend"): ("cpu", "cuda", "sycl"),
+    ("proposer", "kind"): ("offline", "llm"),
+}
+
+
+def _coerce(value: Any, typ: Any, key: str, where: str) -> Any:
+    if typ is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    ok = {int: isinstance(value, int) and not isinstance(value, bool),
+          float: isinstance(value, float), str: isinstance(value, str),
+          bool: isinstance(value, bool), list: isinstance(value, list)}.get(typ)
+    if ok is None or ok:
+        return value
+    raise ConfigError(f"{where}: key '{key}' must be {typ.__name__}, got {type(value).__name__} {value!r}")
+
+
+def _fill(obj: Any, data: Any, prefix: str, where: str) -> None:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: '{prefix or 'top level'}' must be a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(type(obj))
+    names = {f.name for f in dataclasses.fields(obj)}
+    for k, v in data.items():
+        key = f"{prefix}{k}"
+        if k not in names:
+            raise ConfigError(f"{where}: unknown key '{key}' (known here: {', '.join(sorted(names))})")
+        typ = hints[k]
+        if dataclasses.is_dataclass(typ):
+            _fill(getattr(obj, k), v, key + ".", where)
+            continue
+        origin = typing.get_origin(typ) or typ
+        v = _coerce(v, origin, key, where)
+        choices = _CHOICES.get(tuple(key.split(".")))
+        if choices and v not in choices:
+            raise ConfigError(f"{where}: key '{key}' must be one of {', '.join(choices)}, got {v!r}")
+        setattr(obj, k, v)
+
+
+def _check(cfg: RunConfig, where: str) -> None:
+    s, e = cfg.search, cfg.eval
+    for key, val, lo in [("search.islands", s.islands, 1), ("search.budget", s.budget, 1),
+                         ("search.batch", s.batch, 1), ("search.migrate_every", s.migrate_every, 1),
+                         ("search.migrants", s.migrants, 0), ("eval.evaluators", e.evaluators, 0),
+                         ("eval.trials", e.trials, 1), ("eval.repeats", e.repeats, 1),
+                         ("eval.threads", e.threads, 1)]:
+        if val < lo:
+            raise ConfigError(f"{where}: key '{key}' must be >= {lo}, got {val}")
+    if min(s.explore, s.exploit, s.random) < 0 or s.explore + s.exploit + s.random <= 0:
+        raise ConfigError(f"{where}: search.explore/exploit/random must be >= 0 and not all 0")
+    if e.timeout_s <= 0:
+        raise ConfigError(f"{where}: key 'eval.timeout_s' must be > 0, got {e.timeout_s}")
+    if not cfg.tasks or not all(isinstance(t, str) for t in cfg.tasks):
+        raise ConfigError(f"{where}: key 'tasks' must be a non-empty list of task names")
+    if s.topology == "custom" and len(s.adjacency) != s.islands:
+        raise ConfigError(f"{where}: search.topology custom needs search.adjacency with one list per island "
+                          f"({s.islands}), got {len(s.adjacency)}")
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`a.b=c` -> (['a', 'b'], c), with c read as YAML (numbers, lists, booleans)."""
+    if "=" not in text:
+        raise ConfigError(f"--set {text!r}: expected key=value, e.g. --set search.islands=2")
+    key, _, raw = text.partition("=")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.strip().split("."), value
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> RunConfig:
+    """Defaults, then the YAML file (if any), then each `--set key=value` in order."""
+    cfg = RunConfig()
+    if path is not None:
+        where = str(path)
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {where} does not exist")
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            loc = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            raise ConfigError(f"{where}:{loc} is not valid YAML: {getattr(e, 'problem', e)}") from None
+        _fill(cfg, data, "", where)
+    for ov in overrides:
+        keys, value = parse_override(ov)
+        nested: Any = value
+        for k in reversed(keys):
+            nested = {k: nested}
+        _fill(cfg, nested, "", f"--set {ov}")
+    _check(cfg, str(path) if path else "configuration")
+    return cfg

@@ -1,0 +1,135 @@
+"""CPU backend: C++ with OpenMP, built by g++ into a shared library and called through ctypes."""
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import shutil
+import subprocess
+import time
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from kfray.errors import BackendError
+from kfray.eval.backends.base import Backend, Build, CompileError
+from kfray.eval.compile_cache import CompileCache
+from kfray.source import define_flags
+from kfray.tasks.base import Scalar, Tensor
+
+BASE_FLAGS = ["-O3", "-march=native", "-fopenmp", "-std=c++17", "-shared", "-fPIC"]
+_CTYPES = {"float32": ctypes.c_float, "float64": ctypes.c_double,
+           "int32": ctypes.c_int32, "int64": ctypes.c_int64}
+
+
+def compiler() -> str:
+    cxx = os.environ.get("CXX") or shutil.which("g++")
+    if not cxx:
+        raise BackendError("the cpu backend needs g++ and none is on PATH; install it "
+                           "(Debian/Ubuntu: apt-get install g++) or set CXX to a C++ compiler")
+    return cxx
+
+
+@lru_cache(maxsize=None)
+def compiler_version(cxx: str) -> str:
+    return subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+
+
+@lru_cache(maxsize=None)
+def cpu_facts() -> dict[str, Any]:
+    name = platform.processor() or "cpu"
+    flags = ""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name") and name in ("", "cpu", "x86_64"):
+                name = line.split(":", 1)[1].strip()
+            if line.startswith("flags"):
+                flags = line.split(":", 1)[1]
+                break
+    except OSError:
+        pass
+    simd = [f for f in ("avx512f", "avx2", "fma", "avx", "sse4_2", "neon") if f" {f} " in f" {flags} "]
+
+    def cache(level: str) -> int:
+        for idx in range(8):
+            base = f"/sys/devices/system/cpu/cpu0/cache/index{idx}/"
+            try:
+                if open(base + "level").read().strip() == level and "Instruction" not in open(base + "type").read():
+                    s = open(base + "size").read().strip()
+                    return int(s[:-1]) * (1024 if s.endswith("K") else 1024 * 1024) if s[-1] in "KM" else int(s)
+            except OSError:
+                continue
+        return 0
+
+    return {"name": name, "cores": os.cpu_count() or 1, "simd": simd,
+            "l1d_bytes": cache("1"), "l2_bytes": cache("2"), "cache_bytes": cache("3") or cache("2"),
+            "vector_width_floats": 16 if "avx512f" in simd else 8 if "avx2" in simd else 4}
+
+
+class CpuBackend(Backend):
+    name = "cpu"
+    language = "cpp"
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.cache = CompileCache(cfg.cache_dir or None)
+
+    def hardware_class(self) -> str:
+        return "cpu"
+
+    def device_facts(self) -> dict[str, Any]:
+        facts = dict(cpu_facts())
+        facts["threads_for_kernels"] = self.cfg.threads
+        return facts
+
+    def compile(self, source: str, params: dict[str, Any], task) -> Build:
+        cxx = compiler()
+        try:
+            flags = BASE_FLAGS + list(self.cfg.flags) + define_flags(params)
+        except ValueError as e:
+            raise CompileError(str(e)) from None
+        key = CompileCache.key(source=source, flags=flags, compiler=compiler_version(cxx),
+                               cpu=cpu_facts()["name"], kind="cpu-so")
+        t0 = time.perf_counter()
+        hit = self.cache.lookup(key, ".so")
+        if hit:
+            return Build(str(hit), time.perf_counter() - t0, True)
+        src = self.cache.temp_path(key, ".cpp")
+        src.write_text(source)
+        tmp = self.cache.temp_path(key, ".so")
+        try:
+            # An argument list, never a shell string: nothing from a model reaches a shell.
+            proc = subprocess.run([cxx, *flags, str(src), "-o", str(tmp)], capture_output=True, text=True,
+                                  timeout=self.cfg.compile_timeout_s)
+        except subprocess.TimeoutExpired:
+            raise CompileError(f"compiler timed out after {self.cfg.compile_timeout_s:.0f} s") from None
+        finally:
+            src.unlink(missing_ok=True)
+        if proc.returncode != 0 or not tmp.exists():
+            tmp.unlink(missing_ok=True)
+            msg = (proc.stderr or proc.stdout).replace(str(src), "kernel.cpp")
+            raise CompileError(msg.strip()[-4000:] or f"compiler exited with {proc.returncode}")
+        path = self.cache.commit(tmp, key, ".so")
+        return Build(str(path), time.perf_counter() - t0, False)
+
+    def load(self, artifact: str, task):
+        lib = ctypes.CDLL(artifact, mode=ctypes.RTLD_LOCAL)
+        try:
+            fn = lib.kf_forward
+        except AttributeError:
+            raise RuntimeError("the library does not export kf_forward (declare it extern \"C\")") from None
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_void_p if isinstance(a, Tensor) else _CTYPES[a.dtype] for a in task.args]
+        names = [a.name for a in task.args]
+        tensors = {a.name for a in task.args if isinstance(a, Tensor)}
+
+        def call(args: dict[str, Any]) -> int:
+            return fn(*[args[n].ctypes.data if n in tensors else args[n] for n in names])
+
+        call.keepalive = lib  # the library must outlive the callable
+        return call
+
+    def to_device(self, args):
+        # Own copies, so a kernel cannot reach the harness's arrays.
+        return {k: (np.array(v, copy=True) if isinstance(v, np.ndarray) else v) for k, v in args.items()}

@@ -1,0 +1,90 @@
+"""Evaluator: owns one device (or CPU slot), compiles a candidate and runs it in the sandbox.
+
+`Evaluator` is a plain class so tests can drive it without Ray; `make_evaluators` wraps it as
+Ray actors tagged with the resources of the device they own.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from kfray.candidate import (TIER_COMPILE_ERROR, TIER_NO_CODE, TIER_RUNTIME_ERROR, Candidate,
+                             EvalResult)
+from kfray.config import EvalConfig
+from kfray.eval.backends.base import CompileError, get_backend
+from kfray.eval.sandbox import Sandbox
+from kfray.tasks import load_task
+
+
+class Evaluator:
+    def __init__(self, backend_name: str, cfg: EvalConfig, name: str = "evaluator"):
+        self.cfg = cfg
+        self.name = name
+        self.backend = get_backend(backend_name, cfg)
+        env = {"OMP_NUM_THREADS": str(cfg.threads), "OPENBLAS_NUM_THREADS": str(cfg.threads),
+               "MKL_NUM_THREADS": str(cfg.threads), "OMP_PROC_BIND": "false"}
+        self.sandbox = Sandbox(backend_name, cfg, env)
+        self.evaluated = 0
+
+    def info(self) -> dict[str, Any]:
+        return {"name": self.name, "hardware": self.backend.hardware_class(),
+                "facts": self.backend.device_facts(), "pid": os.getpid()}
+
+    def evaluate(self, cand: dict | Candidate, task_ref: str | None = None) -> dict:
+        """Compile, check and time one candidate; every failure is a result, never an exception."""
+        c = cand if isinstance(cand, Candidate) else Candidate.from_dict(cand)
+        res = EvalResult(candidate_id=c.id, tier=TIER_NO_CODE, hardware=self.backend.hardware_class(),
+                         evaluator=self.name)
+        self.evaluated += 1
+        if not c.source.strip():
+            res.reason = c.no_code_reason or "no source"
+            return res.to_dict()
+        task = load_task(task_ref or c.task)
+        t0 = time.perf_counter()
+        try:
+            build = self.backend.compile(c.source, c.params, task)
+        except CompileError as e:
+            res.tier, res.reason = TIER_COMPILE_ERROR, str(e)
+            res.stage_seconds["compile"] = time.perf_counter() - t0
+            return res.to_dict()
+        res.stage_seconds["compile"] = build.seconds
+        res.facts.update(build.facts)
+        res.facts["compile_cached"] = build.cached
+        job = {"task_ref": task.ref or task_ref or c.task, "artifact": build.artifact,
+               "trials": self.cfg.trials, "warmup": self.cfg.warmup, "repeats": self.cfg.repeats,
+               "max_repeats": self.cfg.max_repeats, "min_time": self.cfg.min_time_s,
+               "cache_bytes": int(self.backend.device_facts().get("cache_bytes", 32 << 20))}
+        try:
+            out = self.sandbox.run(job, self.cfg.timeout_s)
+        except RuntimeError as e:
+            out = {"tier": TIER_RUNTIME_ERROR, "reason": f"sandbox failure: {e}"}
+        res.tier = out["tier"]
+        res.reason = out.get("reason", "")
+        res.times = out.get("times", {})
+        res.ref_times = out.get("ref_times", {})
+        res.noise = out.get("noise", 0.0)
+        res.stage_seconds.update(out.get("stage_seconds", {}))
+        res.facts.update(out.get("facts", {}))
+        if out.get("recycled"):
+            res.facts["sandbox_recycled"] = True
+        return res.to_dict()
+
+    def stats(self) -> dict:
+        return {"name": self.name, "evaluated": self.evaluated, "sandbox_restarts": self.sandbox.restarts,
+                "compile_cache": self.backend.cache.stats() if hasattr(self.backend, "cache") else {}}
+
+    def shutdown(self) -> None:
+        self.sandbox.close()
+
+
+def make_evaluators(backend_name: str, cfg: EvalConfig, count: int, run_name: str = "kfray") -> list:
+    """Evaluator actors on Ray, each reserving the resources of what it owns; restarted on death."""
+    import ray
+
+    actor_cls = ray.remote(Evaluator)
+    opts: dict[str, Any] = {"max_restarts": -1, "max_task_retries": 0, "num_cpus": cfg.num_cpus}
+    if backend_name == "cuda":
+        opts["num_gpus"] = 1
+    return [actor_cls.options(name=f"{run_name}-evaluator-{backend_name}-{i}", **opts)
+            .remote(backend_name, cfg, f"{backend_name}-{i}") for i in range(count)]

@@ -1,0 +1,71 @@
+"""EvalQueue: one work queue per hardware class that keeps every evaluator busy.
+
+Pull-style, like `ray.util.ActorPool`: an evaluator gets its next job as soon as it finishes one,
+so fast and slow devices share the load. A job whose evaluator dies is put back at the front and
+goes to the next free evaluator (Ray restarts the dead one).
+"""
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError
+
+from kfray.candidate import TIER_RUNTIME_ERROR, Candidate, EvalResult
+
+MAX_ATTEMPTS = 3
+
+
+class EvalQueue:
+    def __init__(self, evaluators: list, depth: int = 1):
+        self.evaluators = list(evaluators)
+        self.depth = depth
+        self.waiting: collections.deque[Candidate] = collections.deque()
+        self.in_flight: dict[Any, tuple[Candidate, int]] = {}   # ObjectRef -> (candidate, evaluator idx)
+        self.load = [0] * len(self.evaluators)
+        self.attempts: dict[str, int] = {}
+        self.requeued = 0
+        self.per_evaluator = [0] * len(self.evaluators)
+
+    def submit(self, cand: Candidate) -> None:
+        self.waiting.append(cand)
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        while self.waiting:
+            idx = min(range(len(self.evaluators)), key=lambda i: self.load[i])
+            if self.load[idx] >= self.depth:
+                return
+            cand = self.waiting.popleft()
+            ref = self.evaluators[idx].evaluate.remote(cand.to_dict(), cand.task)
+            self.in_flight[ref] = (cand, idx)
+            self.load[idx] += 1
+
+    def __len__(self) -> int:
+        return len(self.waiting) + len(self.in_flight)
+
+    def poll(self, timeout: float = 0.05) -> list[tuple[Candidate, EvalResult]]:
+        """Results that are ready within `timeout`; lost jobs are requeued, never dropped."""
+        if not self.in_flight:
+            self._dispatch()
+            return []
+        ready, _ = ray.wait(list(self.in_flight), num_returns=len(self.in_flight), timeout=timeout)
+        done = []
+        for ref in ready:
+            cand, idx = self.in_flight.pop(ref)
+            self.load[idx] -= 1
+            try:
+                res = EvalResult.from_dict(ray.get(ref))
+                self.per_evaluator[idx] += 1
+            except (RayActorError, GetTimeoutError) as e:
+                n = self.attempts[cand.id] = self.attempts.get(cand.id, 0) + 1
+                if n < MAX_ATTEMPTS:
+                    self.requeued += 1
+                    self.waiting.appendleft(cand)
+                    continue
+                res = EvalResult(candidate_id=cand.id, tier=TIER_RUNTIME_ERROR,
+                                 reason=f"its evaluator died {n} times while evaluating it: {type(e).__name__}")
+            done.append((cand, res))
+        self._dispatch()
+        return done

@@ -1,0 +1,1 @@
+"""Prompt building and the co-evolved meta-prompt population."""

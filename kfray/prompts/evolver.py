@@ -1,0 +1,49 @@
+"""`PromptEvolver`: the one named actor that every island shares, holding a MetaPromptPopulation.
+
+Thin on purpose: all logic lives in kfray.prompts.population, which tests drive without Ray. The actor
+only serializes access from many islands and, for an LLM run, lends the proposer's meta-prompt rewrite.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from kfray.config import PromptConfig
+from kfray.proposers.base import MetaPrompt
+from kfray.prompts.population import MetaPromptPopulation
+
+
+class PromptEvolver:
+    """Holds one population; with an LLM proposer, new prompts are model rewrites (recombination on failure)."""
+
+    def __init__(self, prompt_cfg: PromptConfig, proposer_cfg=None, seed: int = 0):
+        self.population = MetaPromptPopulation(size=prompt_cfg.population, explore=prompt_cfg.explore,
+                                               evolve_every=prompt_cfg.evolve_every, seed=seed)
+        self._rewrite = None
+        if proposer_cfg is not None and getattr(proposer_cfg, "kind", "") == "llm":
+            from kfray.proposers.llm import LLMProposer   # only LLM runs need openai
+            self._rewrite = LLMProposer(proposer_cfg).rewrite_meta_prompt
+
+    def sample(self) -> MetaPrompt:
+        return self.population.sample()
+
+    def report(self, prompt_id: str, score: float) -> dict | None:
+        """The new prompt as a dict when this report made one, else None."""
+        mp = self.population.report(prompt_id, score, rewrite=self._rewrite)
+        return dataclasses.asdict(mp) if mp is not None else None
+
+    def snapshot(self) -> dict:
+        return self.population.to_dict()
+
+    def all_prompts(self) -> list[dict]:
+        return self.population.all_prompts()
+
+    def generations(self) -> int:
+        return self.population.generations()
+
+
+def make_prompt_evolver(name: str, prompt_cfg: PromptConfig, proposer_cfg=None, seed: int = 0):
+    """Create (or attach to) the named evolver actor; num_cpus=0 so it never blocks evaluators."""
+    import ray
+
+    cls = ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)(PromptEvolver)
+    return cls.options(name=name, get_if_exists=True, num_cpus=0).remote(prompt_cfg, proposer_cfg, seed)

@@ -1,0 +1,205 @@
+"""LLM proposer: an OpenAI-compatible chat endpoint writes the child kernel.
+
+The openai client's own retries are off (max_retries=0) so that retry policy, backoff and the
+error a user sees are ours: rate limits, 5xx, timeouts and connection failures are retried with
+exponential backoff; anything else fails at once. `propose` never raises: a failure becomes a
+tier-0 candidate whose `no_code_reason` says why.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from urllib.parse import urlparse
+
+import openai
+import yaml
+
+from kfray.candidate import Candidate
+from kfray.config import ProposerConfig
+from kfray.errors import ConfigError, KfrayError
+from kfray.prompts.builder import build_messages
+from kfray.proposers.base import Proposer, ProposalContext
+from kfray.source import parse_params
+
+META_SECTIONS = ("philosophy", "strategies", "pitfalls", "analysis")
+_CODE_TAGS = {"", "cpp", "c++", "cuda", "cu", "c", "sycl", "opencl", "cl"}
+_FENCE_RE = re.compile(r"^[ \t]*```[ \t]*([\w+.-]*)[^\n]*\n(.*?)^[ \t]*```", re.M | re.S)
+_LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
+_MAX_RETRY_AFTER_S = 30.0
+
+
+def fenced_blocks(text: str) -> list[tuple[str, str]]:
+    """(tag, body) of every fenced code block, tag lower-cased."""
+    return [(m.group(1).lower(), m.group(2)) for m in _FENCE_RE.finditer(text or "")]
+
+
+def extract_code(text: str, language: str) -> str | None:
+    """The kernel source in a model's answer: the largest code block that holds the entry point.
+
+    For OpenCL the entry point is any `__kernel`; otherwise `kf_forward`. None when no block fits."""
+    marker = re.compile(r"__kernel\b|\bkernel\s+void\b") if language == "opencl" else re.compile(r"\bkf_forward\b")
+    usable = [body for tag, body in fenced_blocks(text) if tag in _CODE_TAGS and marker.search(body)]
+    if not usable:
+        return None
+    return max(usable, key=len).strip() + "\n"
+
+
+class LLMProposer(Proposer):
+    """Proposes children by asking a chat model; also rewrites meta-prompts for the PromptEvolver."""
+
+    name = "llm"
+
+    def __init__(self, cfg: ProposerConfig):
+        self.cfg = cfg
+        self.base_url = (cfg.base_url or os.environ.get("OPENAI_BASE_URL", "")).strip()
+        self.model = (cfg.model or os.environ.get("KFRAY_MODEL", "")).strip()
+        if not self.base_url:
+            raise ConfigError("LLM proposer: no endpoint; set proposer.base_url in the config "
+                              "or the OPENAI_BASE_URL environment variable")
+        if not self.model:
+            raise ConfigError("LLM proposer: no model; set proposer.model in the config "
+                              "or the KFRAY_MODEL environment variable")
+        key = os.environ.get(cfg.api_key_env, "")
+        if not key:
+            if urlparse(self.base_url).hostname in _LOCAL_HOSTS:
+                key = "EMPTY"  # local servers (vLLM, llama.cpp) accept any key
+            else:
+                raise ConfigError(f"LLM proposer: endpoint {self.base_url} needs an API key; "
+                                  f"set the environment variable {cfg.api_key_env} "
+                                  f"(or proposer.api_key_env to the variable that holds it)")
+        self.client = openai.OpenAI(base_url=self.base_url, api_key=key, max_retries=0,
+                                    timeout=cfg.timeout_s)
+        self.usage = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "failures": 0}
+
+    # -- the chat call -------------------------------------------------------------------------
+
+    def _delay(self, err: Exception, attempt: int) -> float:
+        """Retry-After when the server sent one (capped), else exponential backoff."""
+        resp = getattr(err, "response", None)
+        if resp is not None:
+            ra = resp.headers.get("retry-after")
+            if ra is not None:
+                try:
+                    return min(max(float(ra), 0.0), _MAX_RETRY_AFTER_S)
+                except ValueError:
+                    pass
+        return self.cfg.backoff_s * (2 ** attempt)
+
+    @staticmethod
+    def _retryable(err: Exception) -> bool:
+        if isinstance(err, (openai.RateLimitError, openai.APIConnectionError)):  # incl. APITimeoutError
+            return True
+        return isinstance(err, openai.APIStatusError) and err.status_code >= 500
+
+    def complete(self, messages: list[dict]) -> str:
+        """One chat completion, with our retries. Raises KfrayError naming the endpoint on failure."""
+        attempts = self.cfg.max_retries + 1
+        for attempt in range(attempts):
+            try:
+                resp = self.client.chat.completions.create(
+                    model=self.model, messages=messages,
+                    temperature=self.cfg.temperature, max_tokens=self.cfg.max_tokens)
+            except openai.OpenAIError as e:
+                if self._retryable(e) and attempt + 1 < attempts:
+                    time.sleep(self._delay(e, attempt))
+                    continue
+                self.usage["failures"] += 1
+                what = f"after {attempt + 1} attempts" if self._retryable(e) else "(not retried)"
+                raise KfrayError(f"LLM endpoint {self.base_url} (model {self.model}) failed {what}: "
+                                 f"{type(e).__name__}: {e}") from None
+            self.usage["calls"] += 1
+            if resp.usage is not None:
+                self.usage["prompt_tokens"] += resp.usage.prompt_tokens or 0
+                self.usage["completion_tokens"] += resp.usage.completion_tokens or 0
+            if not resp.choices:
+                return ""
+            return resp.choices[0].message.content or ""
+        raise AssertionError("unreachable")
+
+    # -- proposals -----------------------------------------------------------------------------
+
+    def propose(self, ctx: ProposalContext, rng) -> Candidate:
+        t0 = time.monotonic()
+        parent = ctx.parent.candidate if ctx.parent else None
+        cand = Candidate(task=ctx.task.name, language=ctx.language, source="", island=ctx.island,
+                         parent_id=parent.id if parent else None,
+                         prompt_id=ctx.meta_prompt.id if ctx.meta_prompt else None,
+                         origin=f"llm:{self.model}", generation=ctx.generation)
+        try:
+            text = self.complete(build_messages(ctx))
+            code = extract_code(text, ctx.language)
+            if code is None:
+                entry = "__kernel" if ctx.language == "opencl" else "kf_forward"
+                what = (f"no code block with {entry} in the model's answer" if fenced_blocks(text)
+                        else "no code block in the model's answer")
+                cand.no_code_reason = f"{what}: {text.strip()[:200] or '<empty answer>'}"
+            else:
+                cand.source = code
+                cand.params = self._pick_params(code, parent.params if parent else {})
+        except Exception as e:  # never raise from propose: a failure is a tier-0 candidate
+            cand.no_code_reason = str(e) or type(e).__name__
+        cand.propose_seconds = time.monotonic() - t0
+        return cand
+
+    @staticmethod
+    def _pick_params(code: str, parent_params: dict) -> dict:
+        """Keep the parent's value where the new space still allows it, else the first allowed setting."""
+        space = parse_params(code)
+        default = space.default()
+        if not default:
+            return {}
+        merged = {n: parent_params[n] if parent_params.get(n) in vals else default[n]
+                  for n, vals in space.values.items()}
+        try:
+            return merged if space.allows(merged) else default
+        except ValueError:
+            return default
+
+    # -- meta-prompt evolution -----------------------------------------------------------------
+
+    def rewrite_meta_prompt(self, sections: dict[str, str], feedback: str) -> dict[str, str] | None:
+        """Ask the model for improved meta-prompt sections; None when the answer cannot be parsed."""
+        current = "\n\n".join(f"### {k}\n{sections.get(k, '').strip()}" for k in META_SECTIONS)
+        messages = [
+            {"role": "system", "content": "You improve the instructions given to a kernel-writing model. "
+                                          "Be concrete and brief."},
+            {"role": "user", "content": (
+                f"These meta-prompt sections steer a model that writes fast GPU kernels:\n\n{current}\n\n"
+                f"## Performance feedback\n{feedback.strip()}\n\n"
+                f"Rewrite the four sections to produce faster correct kernels. Answer with exactly one "
+                f"```yaml code block holding a mapping with exactly the keys "
+                f"{', '.join(META_SECTIONS)}; each value is a string (use YAML block scalars `|`).")},
+        ]
+        try:
+            text = self.complete(messages)
+        except KfrayError:
+            return None
+        return parse_sections(text)
+
+
+def parse_sections(text: str) -> dict[str, str] | None:
+    """The four meta-prompt sections from a YAML or JSON mapping (fenced or bare), else None."""
+    candidates = [body for _, body in fenced_blocks(text)] + [text]
+    for body in candidates:
+        data = None
+        for load in (json.loads, yaml.safe_load):
+            try:
+                data = load(body)
+                break
+            except Exception:
+                continue
+        if not isinstance(data, dict):
+            continue
+        out = {}
+        for k in META_SECTIONS:
+            v = data.get(k)
+            if isinstance(v, list):
+                v = "\n".join(f"- {x}" for x in v)
+            if not isinstance(v, str) or not v.strip():
+                break
+            out[k] = v.strip()
+        else:
+            return out
+    return None

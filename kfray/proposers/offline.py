@@ -1,0 +1,123 @@
+"""The offline proposer: no network, no model. It edits kernels the way a cautious engineer would.
+
+Operators: mutate one or two template parameters, switch to another seed strategy (keeping the
+parameters whose names match), recombine the parameters of two parents, and toggle the SIMD or
+thread-parallel pragmas of OpenMP loops. Meta-prompt hints raise the weight of the operators
+they name, so the co-evolved prompts steer this proposer too.
+"""
+from __future__ import annotations
+
+import random
+import re
+import time
+
+from kfray.candidate import Candidate
+from kfray.proposers.base import ProposalContext, Proposer
+from kfray.source import parse_params
+
+OPERATORS = ("mutate_params", "switch_strategy", "recombine", "toggle_simd", "toggle_parallel")
+_OMP_FOR = re.compile(r"^(\s*#pragma omp )(parallel for|for)( simd)?(.*)$", re.M)
+
+
+def _mutate_params(source: str, params: dict, rng: random.Random) -> dict | None:
+    space = parse_params(source)
+    if not space.values:
+        return None
+    for _ in range(20):
+        child = {k: params.get(k, v[0]) for k, v in space.values.items()}
+        for name in rng.sample(list(space.values), k=min(len(space.values), rng.choice([1, 1, 2]))):
+            options = [v for v in space.values[name] if v != child[name]] or list(space.values[name])
+            child[name] = rng.choice(options)
+        if child != params and space.allows(child):
+            return child
+    return None
+
+
+def _fit_params(source: str, wanted: dict, rng: random.Random) -> dict:
+    """Parameters for `source`: keep wanted values that are legal there, draw the rest."""
+    space = parse_params(source)
+    for _ in range(20):
+        p = {k: wanted[k] if wanted.get(k) in v else rng.choice(v) for k, v in space.values.items()}
+        if space.allows(p):
+            return p
+    return space.default()
+
+
+def _toggle(source: str, rng: random.Random, what: str) -> str | None:
+    matches = list(_OMP_FOR.finditer(source))
+    if not matches:
+        return None
+    m = rng.choice(matches)
+    head, kind, simd, rest = m.group(1), m.group(2), m.group(3) or "", m.group(4)
+    if what == "simd":
+        simd = "" if simd else " simd"
+    else:
+        kind = "for" if kind == "parallel for" else "parallel for"
+    return source[:m.start()] + f"{head}{kind}{simd}{rest}" + source[m.end():]
+
+
+class OfflineProposer(Proposer):
+    name = "offline"
+
+    def propose(self, ctx: ProposalContext, rng: random.Random) -> Candidate:
+        t0 = time.perf_counter()
+        seeds = ctx.task.seeds_for(ctx.language)
+        if ctx.parent is None:
+            base = ctx.task.baseline_seed(ctx.language)
+            src, params, parent_id = base.source, parse_params(base.source).default(), None
+        else:
+            src, params = ctx.parent.candidate.source, dict(ctx.parent.candidate.params)
+            parent_id = ctx.parent.candidate.id
+        weights = {op: 1.0 for op in OPERATORS}
+        weights["mutate_params"] = 2.0
+        for hint in (ctx.meta_prompt.hints if ctx.meta_prompt else []):
+            if hint in weights:
+                weights[hint] += 1.0
+        ops = list(weights)
+        for _ in range(8):   # some operators do not apply to every source; try another
+            op = rng.choices(ops, weights=[weights[o] for o in ops], k=1)[0]
+            out = self._apply(op, src, params, ctx, seeds, rng)
+            if out is not None:
+                new_src, new_params = out
+                return Candidate(task=ctx.task.name, language=ctx.language, source=new_src, params=new_params,
+                                 island=ctx.island, parent_id=parent_id,
+                                 prompt_id=ctx.meta_prompt.id if ctx.meta_prompt else None,
+                                 origin=f"offline:{op}", generation=ctx.generation,
+                                 propose_seconds=time.perf_counter() - t0)
+        return Candidate(task=ctx.task.name, language=ctx.language, source=src,
+                         params=_mutate_params(src, params, rng) or params, island=ctx.island,
+                         parent_id=parent_id, origin="offline:mutate_params", generation=ctx.generation,
+                         prompt_id=ctx.meta_prompt.id if ctx.meta_prompt else None)
+
+    def _apply(self, op, src, params, ctx, seeds, rng):
+        if op == "mutate_params":
+            p = _mutate_params(src, params, rng)
+            return (src, p) if p is not None else None
+        if op == "switch_strategy":
+            others = [s for s in seeds if s.source != src]
+            if not others:
+                return None
+            s = rng.choice(others)
+            return s.source, _fit_params(s.source, params, rng)
+        if op == "recombine":
+            if not ctx.inspirations:
+                return None
+            other = rng.choice(ctx.inspirations).candidate
+            merged = {k: (other.params[k] if k in other.params and rng.random() < 0.5 else v)
+                      for k, v in params.items()}
+            if rng.random() < 0.5 and other.source != src:   # take the other's code, our parameters
+                return other.source, _fit_params(other.source, {**other.params, **merged}, rng)
+            p = _fit_params(src, merged, rng)
+            return (src, p) if p != params else None
+        if op in ("toggle_simd", "toggle_parallel"):
+            new = _toggle(src, rng, "simd" if op == "toggle_simd" else "parallel")
+            return (new, _fit_params(new, params, rng)) if new else None
+        return None
+
+
+def make_proposer(cfg) -> Proposer:
+    """The proposer a ProposerConfig asks for."""
+    if cfg.kind == "llm":
+        from kfray.proposers.llm import LLMProposer
+        return LLMProposer(cfg)
+    return OfflineProposer()

@@ -1,0 +1,340 @@
+"""The coordinator: runs one search from a RunConfig and writes the run folder.
+
+It owns no search logic: islands breed, evaluators measure, the prompt evolver evolves. The
+coordinator moves candidates between them, keeps the budget, triggers migrations along the
+topology, and is the only writer of the run database.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from kfray.candidate import TIER_CORRECT, Candidate, EvalResult
+from kfray.cluster import connect
+from kfray.config import RunConfig
+from kfray.errors import KfrayError
+from kfray.eval.evaluator import make_evaluators
+from kfray.eval.queue import EvalQueue
+from kfray.prompts.evolver import make_prompt_evolver
+from kfray.search.descriptors import describe
+from kfray.search.island import IslandActor
+from kfray.search.migration import destinations
+from kfray.source import parse_params, source_hash
+from kfray.store import Store
+from kfray.tasks import load_task
+
+LANGUAGE = {"cpu": "cpp", "cuda": "cuda", "sycl": "sycl"}
+SUFFIX = {"cpp": ".cpp", "cuda": ".cu", "sycl": ".cpp", "opencl": ".cl"}
+
+
+@dataclass
+class TaskState:
+    ref: str
+    islands: list = field(default_factory=list)
+    spent: int = 0                    # candidates submitted for evaluation (the budget counts these)
+    proposals: int = 0                # including duplicates that were not evaluated
+    seen: set = field(default_factory=set)
+    generations: list = field(default_factory=list)
+    next_migration: int = 0
+    migration_rounds: int = 0
+    best: tuple | None = None         # (candidate, result) with the highest fitness
+    baseline_speedup: float = 0.0
+    correct: int = 0
+    evaluated: int = 0
+
+
+def default_run_dir() -> Path:
+    return Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+
+
+class Coordinator:
+    def __init__(self, cfg: RunConfig, run_dir: str | Path | None = None, progress: bool = True):
+        self.cfg = cfg
+        self.run_dir = Path(run_dir or cfg.run_dir or default_run_dir())
+        self.progress = progress
+        self.language = LANGUAGE[cfg.eval.backend]
+        self.tasks = {ref: load_task(ref) for ref in cfg.tasks}
+        for ref, t in self.tasks.items():
+            if not t.seeds_for(self.language) and cfg.proposer.kind == "offline":
+                raise KfrayError(f"task {ref!r} has no {self.language} seed kernels, and the offline proposer "
+                                 f"needs one to start from; use the llm proposer or add seeds")
+        self.name = f"kfray-{self.run_dir.name}-{int(time.time() * 1000) % 10**8}"
+        self.actors: list = []
+        self.migrations = 0
+
+    # --- set-up --------------------------------------------------------------------------------
+    def _start_actors(self):
+        e = self.cfg.eval
+        count = e.evaluators
+        if count == 0 and e.backend == "cuda":
+            count = int(ray.cluster_resources().get("GPU", 0))
+        if count < 1:
+            raise KfrayError(f"no evaluators: eval.evaluators is {e.evaluators} and the cluster offers no "
+                             f"device for backend {e.backend}")
+        self.evaluators = make_evaluators(e.backend, e, count, self.name)
+        self.actors += self.evaluators
+        try:
+            infos = ray.get([ev.info.remote() for ev in self.evaluators], timeout=300)
+        except ray.exceptions.GetTimeoutError:
+            raise KfrayError(f"evaluators did not start within 300 s: the cluster may lack the resources "
+                             f"they ask for (num_cpus={e.num_cpus} each, {count} of them); lower "
+                             f"eval.evaluators or eval.num_cpus") from None
+        self.hardware, self.device_facts = infos[0]["hardware"], infos[0]["facts"]
+        self.evolver = make_prompt_evolver(f"{self.name}-prompt-evolver", self.cfg.prompts, self.cfg.proposer,
+                                           self.cfg.search.seed)
+        self.actors.append(self.evolver)
+        self.queue = EvalQueue(self.evaluators)
+
+    def _start_islands(self, st: TaskState):
+        s = self.cfg.search
+        cls = ray.remote(IslandActor)
+        for i in range(s.islands):
+            a = cls.options(name=f"{self.name}-island-{st.ref}-{i}", num_cpus=0, max_restarts=0).remote(
+                i, st.ref, self.language, s, self.cfg.proposer, f"{self.name}-prompt-evolver",
+                self.device_facts, self.hardware, s.seed)
+            st.islands.append(a)
+            self.actors.append(a)
+        st.generations = [0] * s.islands
+        st.next_migration = s.migrate_every
+
+    # --- the loop ------------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        t_start = time.time()
+        connect(self.cfg.address, num_cpus=int(math.ceil(self.cfg.eval.evaluators * self.cfg.eval.num_cpus)))
+        self.store = Store(self.run_dir / "kfray.db")
+        self.store.set_meta(config=self.cfg.to_dict(), started=t_start, status="running", name=self.name)
+        try:
+            self._start_actors()
+            self.store.set_meta(hardware=self.hardware, device_facts=self.device_facts)
+            states = {ref: TaskState(ref) for ref in self.tasks}
+            self._evaluate_seeds(states)
+            for st in states.values():
+                self._start_islands(st)
+            ray.get([isl.seed.remote(st.seed_pairs) for st in states.values() for isl in st.islands])
+            self._loop(states, t_start)
+            return self._finish(states, t_start)
+        finally:
+            self._shutdown()
+            self.store.close()
+
+    def _evaluate_seeds(self, states: dict[str, TaskState]):
+        """Each seed kernel is evaluated once per task and shared by all of that task's islands."""
+        for ref, st in states.items():
+            st.seed_pairs = []
+            for seed in self.tasks[ref].seeds_for(self.language):
+                c = Candidate(task=ref, language=self.language, source=seed.source, origin=f"seed:{seed.name}",
+                              params=parse_params(seed.source).default())
+                c.cell = describe(c.source, c.language)
+                st.seen.add(source_hash(c.source, c.params))
+                st.spent += 1
+                self.queue.submit(c)
+        pending = sum(st.spent for st in states.values())
+        while pending:
+            for c, r in self.queue.poll(0.2):
+                pending -= 1
+                st = states[c.task]
+                st.seed_pairs.append((c.to_dict(), r.to_dict()))
+                self._account(st, c, r)
+                if c.origin == f"seed:{self.tasks[c.task].seeds_for(self.language)[0].name}" and r.correct:
+                    st.baseline_speedup = r.speedup
+                self.store.add_candidates([(c, r, "seed")])
+
+    def _account(self, st: TaskState, c: Candidate, r: EvalResult):
+        st.evaluated += 1
+        if r.correct:
+            st.correct += 1
+        if st.best is None or r.fitness > st.best[1].fitness:
+            st.best = (c, r)
+
+    def _loop(self, states: dict[str, TaskState], t_start: float):
+        s = self.cfg.search
+        proposing: dict[Any, tuple[TaskState, int]] = {}
+        ingesting: dict[Any, tuple[TaskState, int]] = {}
+        batches: dict[tuple[str, int], dict] = {}     # (task, island) -> {"pending": set, "done": list}
+        busy: set[tuple[str, int]] = set()
+        owner: dict[str, tuple[str, int]] = {}
+        bar = _Progress(self.progress, sum(s.budget for _ in states), states)
+        bar.advance(sum(st.spent for st in states.values()))
+        deadline = t_start + s.time_limit_s if s.time_limit_s > 0 else float("inf")
+        while True:
+            out_of_time = time.time() > deadline
+            for st in states.values():
+                reserved = sum(len(b["pending"]) for (t, _), b in batches.items() if t == st.ref)
+                reserved += sum(n for f, (t2, _) in proposing.items() if t2 is st for n in [s.batch])
+                for i, isl in enumerate(st.islands):
+                    left = s.budget - st.spent - reserved
+                    if (st.ref, i) in busy or left <= 0 or out_of_time or st.proposals > 20 * s.budget:
+                        continue
+                    n = min(s.batch, left)
+                    proposing[isl.propose.remote(n)] = (st, i)
+                    busy.add((st.ref, i))
+                    reserved += n
+            waitable = list(proposing) + list(ingesting)
+            if not waitable and not len(self.queue):
+                break
+            if waitable:
+                ready, _ = ray.wait(waitable, num_returns=len(waitable), timeout=0.01)
+            else:
+                ready = []
+            for ref in ready:
+                if ref in proposing:
+                    st, i = proposing.pop(ref)
+                    fresh = []
+                    for d in ray.get(ref):
+                        c = Candidate.from_dict(d)
+                        st.proposals += 1
+                        h = source_hash(c.source, c.params)
+                        if c.source.strip() and h in st.seen:
+                            continue            # evaluated before: never again
+                        st.seen.add(h)
+                        fresh.append(c)
+                    st.spent += len(fresh)
+                    bar.advance(len(fresh))
+                    batches[(st.ref, i)] = {"pending": {c.id for c in fresh}, "done": []}
+                    for c in fresh:
+                        owner[c.id] = (st.ref, i)
+                        self.queue.submit(c)
+                    if not fresh:
+                        ingesting[st.islands[i].ingest.remote([])] = (st, i)
+                        del batches[(st.ref, i)]
+                else:
+                    st, i = ingesting.pop(ref)
+                    info = ray.get(ref)
+                    self.store.set_outcomes([(r["candidate_id"], r["outcome"]) for r in info["records"]])
+                    st.generations[i] = info["summary"]["generation"]
+                    busy.discard((st.ref, i))
+                    if min(st.generations) >= st.next_migration:
+                        self._migrate(st)
+            results = self.queue.poll(0.02)
+            rows = []
+            for c, r in results:
+                key = owner.pop(c.id)
+                st = states[key[0]]
+                self._account(st, c, r)
+                rows.append((c, r, None))
+                b = batches[key]
+                b["pending"].discard(c.id)
+                b["done"].append((c.to_dict(), r.to_dict()))
+                if not b["pending"]:
+                    ingesting[st.islands[key[1]].ingest.remote(b["done"])] = (st, key[1])
+                    del batches[key]
+            self.store.add_candidates(rows)
+            if results:
+                bar.update(states)
+        bar.close()
+
+    def _migrate(self, st: TaskState):
+        """Top elites of each island go to its neighbours along the topology; each move is recorded."""
+        s = self.cfg.search
+        st.next_migration += s.migrate_every
+        if len(st.islands) < 2 or s.migrants == 0:
+            return
+        st.migration_rounds += 1
+        self.migrations += 1
+        outgoing = ray.get([isl.emigrants.remote(s.migrants) for isl in st.islands])
+        rows = []
+        for src, dsts in destinations(s.topology, len(st.islands), s.adjacency).items():
+            for dst in dsts:
+                pairs = outgoing[src]
+                accepted = ray.get(st.islands[dst].immigrate.remote(pairs))
+                rows += [(st.ref, st.migration_rounds, src, dst, c["id"], accepted > 0) for c, _ in pairs]
+        self.store.add_migrations(rows)
+
+    # --- the end -------------------------------------------------------------------------------
+    def _finish(self, states: dict[str, TaskState], t_start: float) -> dict[str, Any]:
+        island_states = ray.get([isl.state.remote() for st in states.values() for isl in st.islands])
+        self.store.save_islands(island_states)
+        prompts = ray.get(self.evolver.all_prompts.remote())
+        self.store.upsert_prompts(prompts)
+        best_dir = self.run_dir / "best"
+        best_dir.mkdir(parents=True, exist_ok=True)
+        per_task = {}
+        for ref, st in states.items():
+            cells = {tuple(e["candidate"]["cell"]) for s in island_states if s["task"] == ref
+                     for e in s["archive"]["elites"]}
+            best_c, best_r = st.best if st.best else (None, None)
+            ok = bool(best_r and best_r.tier == TIER_CORRECT)
+            if ok:
+                (best_dir / f"{ref}{SUFFIX[self.language]}").write_text(
+                    f"// kfray best kernel for {ref}: speedup {best_r.speedup:.3f}x over the reference\n"
+                    f"// params: {json.dumps(best_c.params)}\n" + best_c.source)
+            per_task[ref] = {
+                "correct": ok,
+                "best_speedup_vs_reference": round(best_r.speedup, 4) if ok else 0.0,
+                "best_speedup_vs_seed": round(best_r.speedup / st.baseline_speedup, 4)
+                if ok and st.baseline_speedup > 0 else 0.0,
+                "best_candidate": best_c.id if ok else None,
+                "best_params": best_c.params if ok else {},
+                "cells_filled": len(cells),
+                "island_cells": [len(s["archive"]["elites"]) for s in island_states if s["task"] == ref],
+                "evaluated": st.evaluated,
+                "correct_count": st.correct,
+                "migrations": st.migration_rounds,
+            }
+        summary = {
+            "tasks": per_task,
+            "islands": sum(len(st.islands) for st in states.values()),
+            "evaluators": len(self.evaluators),
+            "hardware": self.hardware,
+            "migrations": self.migrations,
+            "prompt_generations": len({p["generation"] for p in prompts}),
+            "evaluated": sum(st.evaluated for st in states.values()),
+            "requeued": self.queue.requeued,
+            "per_evaluator": self.queue.per_evaluator,
+            "wall_seconds": round(time.time() - t_start, 2),
+            "run_dir": str(self.run_dir),
+        }
+        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        self.store.set_meta(status="finished", finished=time.time())
+        return summary
+
+    def _shutdown(self):
+        evs = getattr(self, "evaluators", [])
+        try:
+            ray.get([e.shutdown.remote() for e in evs], timeout=10)
+        except Exception:
+            pass
+        for a in self.actors:
+            try:
+                ray.kill(a)
+            except Exception:
+                pass
+
+
+class _Progress:
+    """A rich progress bar: candidates evaluated, best speedup so far, archive coverage."""
+
+    def __init__(self, enabled: bool, total: int, states):
+        self.bar = None
+        if not enabled:
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.bar = Progress(TextColumn("[bold]search"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("{task.fields[info]}"), TimeElapsedColumn(), transient=False)
+        self.bar.start()
+        self.task = self.bar.add_task("search", total=total, info="")
+
+    def advance(self, n: int):
+        if self.bar:
+            self.bar.advance(self.task, n)
+
+    def update(self, states):
+        if self.bar:
+            info = "  ".join(f"{ref}: {st.best[1].speedup:.2f}x" if st.best and st.best[1].correct else f"{ref}: -"
+                             for ref, st in states.items())
+            self.bar.update(self.task, info=f"best {info}")
+
+    def close(self):
+        if self.bar:
+            self.bar.stop()
+
+
+def run_search(cfg: RunConfig, run_dir: str | Path | None = None, progress: bool = True) -> dict[str, Any]:
+    return Coordinator(cfg, run_dir, progress).run()

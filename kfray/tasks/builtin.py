@@ -1,0 +1,86 @@
+"""Built-in tasks: one bandwidth-bound, one row reduction, one compute-bound."""
+from __future__ import annotations
+
+from importlib import resources
+
+import numpy as np
+
+from kfray.tasks.base import Scalar, Seed, Task, Tensor
+
+_SEED_ORDER = {  # the first strategy of each task is its baseline (the simplest kernel)
+    "axpb": ["naive", "omp", "simd"],
+    "softmax": ["naive", "omp_simd", "online"],
+    "matmul": ["naive", "ikj_omp", "tiled"],
+}
+_LANG_DIR = {"cpp": "cpu", "cuda": "cuda", "sycl": "sycl", "opencl": "opencl"}
+_SUFFIX = {"cpp": ".cpp", "cuda": ".cu", "sycl": ".cpp", "opencl": ".cl"}
+
+
+def load_seeds(task: str) -> list[Seed]:
+    """Seed kernels shipped in kfray/tasks/seeds/<backend>/<task>_<strategy>.<ext>, baseline first."""
+    seeds = []
+    root = resources.files("kfray.tasks") / "seeds"
+    for lang, folder in _LANG_DIR.items():
+        d = root / folder
+        if not d.is_dir():
+            continue
+        files = {f.name: f for f in d.iterdir() if f.name.startswith(task + "_") and f.name.endswith(_SUFFIX[lang])}
+        order = _SEED_ORDER.get(task, [])
+        names = sorted(files, key=lambda n: (order.index(n[len(task) + 1:-len(_SUFFIX[lang])])
+                                             if n[len(task) + 1:-len(_SUFFIX[lang])] in order else 99, n))
+        for n in names:
+            seeds.append(Seed(n[len(task) + 1:-len(_SUFFIX[lang])], lang, files[n].read_text()))
+    return seeds
+
+
+def _axpb_ref(a):
+    return {"y": a["a"] * a["x"] + a["b"]}
+
+
+def _softmax_ref(a):
+    x = a["x"]
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return {"y": e / e.sum(axis=1, keepdims=True)}
+
+
+def _matmul_ref(a):
+    return {"C": a["A"] @ a["B"]}
+
+
+def axpb() -> Task:
+    return Task(
+        name="axpb",
+        description="Elementwise y = a * x + b over a large float32 vector (bandwidth bound).",
+        args=[Tensor("x", "float32", ("n",), "in"), Tensor("y", "float32", ("n",), "out"),
+              Scalar("a", "float32"), Scalar("b", "float32"), Scalar("n", "int64", "n")],
+        shapes={"n1M": {"n": 1 << 20}, "n4M": {"n": 1 << 22}},
+        reference=_axpb_ref, rtol=1e-5, atol=1e-6,
+        bytes_moved="8 * n", flops="2 * n", seeds=load_seeds("axpb"), ref="builtin:axpb")
+
+
+def softmax() -> Task:
+    return Task(
+        name="softmax",
+        description="Softmax over each row of a row-major float32 matrix (row reduction).",
+        args=[Tensor("x", "float32", ("rows", "cols"), "in"), Tensor("y", "float32", ("rows", "cols"), "out"),
+              Scalar("rows", "int64", "rows"), Scalar("cols", "int64", "cols")],
+        shapes={"r1024c1024": {"rows": 1024, "cols": 1024}, "r4096c256": {"rows": 4096, "cols": 256}},
+        reference=_softmax_ref, rtol=1e-4, atol=1e-7, input_scale=3.0,
+        bytes_moved="8 * rows * cols", flops="5 * rows * cols", seeds=load_seeds("softmax"),
+        ref="builtin:softmax")
+
+
+def matmul() -> Task:
+    return Task(
+        name="matmul",
+        description="Dense fp32 matrix multiply C = A @ B, all row-major (compute bound).",
+        args=[Tensor("A", "float32", ("m", "k"), "in"), Tensor("B", "float32", ("k", "n"), "in"),
+              Tensor("C", "float32", ("m", "n"), "out"),
+              Scalar("m", "int64", "m"), Scalar("n", "int64", "n"), Scalar("k", "int64", "k")],
+        shapes={"sq256": {"m": 256, "n": 256, "k": 256}, "r192x320x256": {"m": 192, "n": 320, "k": 256}},
+        reference=_matmul_ref, rtol=1e-3, atol=1e-4,
+        bytes_moved="4 * (m * k + k * n + m * n)", flops="2 * m * n * k", seeds=load_seeds("matmul"),
+        ref="builtin:matmul")
+
+
+BUILTIN = {"axpb": axpb, "softmax": softmax, "matmul": matmul}

@@ -1,0 +1,111 @@
+"""A real OpenAI-compatible HTTP server for tests: replies come from a script, requests are recorded.
+
+    with ScriptedServer(["```cpp\\n...\\n```", (429, {"error": {...}}, {"Retry-After": "0"})]) as srv:
+        client = openai.OpenAI(base_url=srv.base_url, api_key="x")
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class ScriptedServer:
+    """POST /v1/chat/completions answers with the next scripted reply; the last one repeats.
+
+    A reply is a string (the assistant's content) or a tuple (status, body_dict, headers)."""
+
+    def __init__(self, replies: list):
+        if not replies:
+            raise ValueError("ScriptedServer needs at least one reply")
+        self.replies = list(replies)
+        self.requests: list[dict] = []
+        self._next = 0
+        self._lock = threading.Lock()
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self.port = 0
+
+    @property
+    def base_url(self) -> str:
+        """Stays valid after stop(), so tests can match it in error messages."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def _take(self, body: dict):
+        with self._lock:
+            self.requests.append(body)
+            reply = self.replies[min(self._next, len(self.replies) - 1)]
+            self._next += 1
+            return reply
+
+    @staticmethod
+    def completion(content: str, model: str, prompt_tokens: int) -> dict:
+        completion_tokens = max(1, len(content.split()))
+        return {
+            "id": "chatcmpl-" + uuid.uuid4().hex[:12], "object": "chat.completion",
+            "created": int(time.time()), "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                         "finish_reason": "stop", "logprobs": None}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                      "total_tokens": prompt_tokens + completion_tokens},
+        }
+
+    def _handler(self):
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # keep test output quiet
+                pass
+
+            def _send(self, status: int, body: dict, headers: dict | None = None):
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, str(v))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_POST(self):
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.path.rstrip("/") != "/v1/chat/completions":
+                    self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+                    return
+                try:
+                    body = json.loads(raw or b"{}")
+                except json.JSONDecodeError:
+                    self._send(400, {"error": {"message": "body is not JSON", "type": "invalid_request"}})
+                    return
+                reply = server._take(body)
+                if isinstance(reply, tuple):
+                    status, err, headers = (tuple(reply) + ({},))[:3]
+                    self._send(status, err, headers)
+                    return
+                prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
+                self._send(200, server.completion(reply, body.get("model", "scripted"), prompt_tokens))
+
+        return Handler
+
+    def start(self) -> "ScriptedServer":
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._httpd.daemon_threads = True
+        self.port = self._httpd.server_address[1]
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._thread.join(timeout=5)
+            self._httpd = None
+
+    def __enter__(self) -> "ScriptedServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
