@@ -18,9 +18,9 @@ from kfray.errors import ConfigError
 @dataclass
 class SearchConfig:
     islands: int = 4                 # islands per task
-    budget: int = 40                 # evaluations per task, seeds included
+    budget: int = 48                 # evaluations per task, seeds included
     batch: int = 2                   # candidates an island proposes per generation
-    migrate_every: int = 3           # generations between migrations
+    migrate_every: int = 2           # generations between migrations
     migrants: int = 2                # top elites each island sends per migration
     topology: str = "ring"           # ring | full | custom
     adjacency: list = field(default_factory=list)  # for custom: adjacency[i] = islands i sends to

@@ -200,9 +200,9 @@ class Coordinator:
                     for c in fresh:
                         owner[c.id] = (st.ref, i)
                         self.queue.submit(c)
-                    if not fresh:
-                        ingesting[st.islands[i].ingest.remote([])] = (st, i)
+                    if not fresh:              # all seen before: ask again, no generation passes
                         del batches[(st.ref, i)]
+                        busy.discard((st.ref, i))
                 else:
                     st, i = ingesting.pop(ref)
                     info = ray.get(ref)
@@ -333,6 +333,8 @@ class _Progress:
 
     def close(self):
         if self.bar:
+            done = self.bar.tasks[0].completed
+            self.bar.update(self.task, total=done)
             self.bar.stop()
 
 

@@ -30,8 +30,12 @@ class ParamSpace:
     requires: tuple[str, ...] = ()
 
     def allows(self, setting: dict[str, Any]) -> bool:
+        """False when a constraint fails or cannot be evaluated (e.g. names an unknown macro)."""
         env = dict(setting)
-        return all(bool(safe_eval(r, env)) for r in self.requires)
+        try:
+            return all(bool(safe_eval(r, env)) for r in self.requires)
+        except ValueError:
+            return False
 
     def settings(self) -> Iterator[dict[str, Any]]:
         """Every allowed setting, in declaration order."""
@@ -128,7 +132,13 @@ def safe_eval(expr: str, env: dict[str, Any]) -> Any:
                 raise ValueError(f"unknown name {node.id!r} in {expr!r}")
             return env[node.id]
         if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-            return _BINOPS[type(node.op)](ev(node.left), ev(node.right))
+            left, right = ev(node.left), ev(node.right)
+            if isinstance(node.op, ast.Pow) and (abs(right) > 64 or abs(left) > 2 ** 32):
+                raise ValueError(f"exponent too large in {expr!r}")   # 9**9**9 must not freeze us
+            try:
+                return _BINOPS[type(node.op)](left, right)
+            except (ArithmeticError, TypeError) as e:
+                raise ValueError(f"cannot evaluate {expr!r}: {e}") from None
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd, ast.Not)):
             v = ev(node.operand)
             return -v if isinstance(node.op, ast.USub) else (not v if isinstance(node.op, ast.Not) else v)

@@ -1,9 +1,11 @@
 """The offline proposer: no network, no model. It edits kernels the way a cautious engineer would.
 
 Operators: mutate one or two template parameters, switch to another seed strategy (keeping the
-parameters whose names match), recombine the parameters of two parents, and toggle the SIMD or
-thread-parallel pragmas of OpenMP loops. Meta-prompt hints raise the weight of the operators
-they name, so the co-evolved prompts steer this proposer too.
+parameters whose names match), recombine the parameters of two parents, toggle the SIMD or
+thread-parallel pragmas of OpenMP loops, and contract multiply-adds into fma. Like a model asked
+for a target cell, it tries several edits and prefers one that lands in the target cell.
+Meta-prompt hints raise the weight of the operators they name, so the co-evolved prompts steer
+this proposer too.
 """
 from __future__ import annotations
 
@@ -13,10 +15,24 @@ import time
 
 from kfray.candidate import Candidate
 from kfray.proposers.base import ProposalContext, Proposer
+from kfray.search.descriptors import describe
 from kfray.source import parse_params
 
-OPERATORS = ("mutate_params", "switch_strategy", "recombine", "toggle_simd", "toggle_parallel")
+OPERATORS = ("mutate_params", "switch_strategy", "recombine", "toggle_simd", "toggle_parallel", "use_fma")
 _OMP_FOR = re.compile(r"^(\s*#pragma omp )(parallel for|for)( simd)?(.*)$", re.M)
+_TERM = r"[\w.]+(?:\[[^\]\[;]+\])?"
+_MUL_ADD = re.compile(rf"=\s*({_TERM})\s*\*\s*({_TERM})\s*\+\s*({_TERM})\s*;")
+_ACC_ADD = re.compile(rf"([\w.]+(?:\[[^\]\[;]+\])*)\s*\+=\s*({_TERM})\s*\*\s*({_TERM})\s*;")
+TRIES = 6
+
+
+def _use_fma(source: str, rng: random.Random) -> str | None:
+    """`y = a * x + b;` -> `y = std::fma(a, x, b);` and `s += a * b;` -> `s = std::fma(a, b, s);`."""
+    new = _MUL_ADD.sub(r"= std::fma(\1, \2, \3);", source)
+    new = _ACC_ADD.sub(r"\1 = std::fma(\2, \3, \1);", new)
+    if new == source:
+        return None
+    return new if "<cmath>" in new else "#include <cmath>\n" + new
 
 
 def _mutate_params(source: str, params: dict, rng: random.Random) -> dict | None:
@@ -74,20 +90,24 @@ class OfflineProposer(Proposer):
             if hint in weights:
                 weights[hint] += 1.0
         ops = list(weights)
-        for _ in range(8):   # some operators do not apply to every source; try another
+        options = []
+        for _ in range(3 * TRIES):   # not every operator applies to every source
             op = rng.choices(ops, weights=[weights[o] for o in ops], k=1)[0]
             out = self._apply(op, src, params, ctx, seeds, rng)
             if out is not None:
-                new_src, new_params = out
-                return Candidate(task=ctx.task.name, language=ctx.language, source=new_src, params=new_params,
-                                 island=ctx.island, parent_id=parent_id,
-                                 prompt_id=ctx.meta_prompt.id if ctx.meta_prompt else None,
-                                 origin=f"offline:{op}", generation=ctx.generation,
-                                 propose_seconds=time.perf_counter() - t0)
-        return Candidate(task=ctx.task.name, language=ctx.language, source=src,
-                         params=_mutate_params(src, params, rng) or params, island=ctx.island,
-                         parent_id=parent_id, origin="offline:mutate_params", generation=ctx.generation,
-                         prompt_id=ctx.meta_prompt.id if ctx.meta_prompt else None)
+                options.append((op, *out))
+            if len(options) >= TRIES:
+                break
+        if not options:
+            options = [("mutate_params", src, _mutate_params(src, params, rng) or params)]
+        on_target = [o for o in options if ctx.target_cell is not None
+                     and describe(o[1], ctx.language) == tuple(ctx.target_cell)]
+        op, new_src, new_params = on_target[0] if on_target and rng.random() < 0.6 else options[0]
+        return Candidate(task=ctx.task.name, language=ctx.language, source=new_src, params=new_params,
+                         island=ctx.island, parent_id=parent_id,
+                         prompt_id=ctx.meta_prompt.id if ctx.meta_prompt else None,
+                         origin=f"offline:{op}", generation=ctx.generation,
+                         propose_seconds=time.perf_counter() - t0)
 
     def _apply(self, op, src, params, ctx, seeds, rng):
         if op == "mutate_params":
@@ -109,6 +129,9 @@ class OfflineProposer(Proposer):
                 return other.source, _fit_params(other.source, {**other.params, **merged}, rng)
             p = _fit_params(src, merged, rng)
             return (src, p) if p != params else None
+        if op == "use_fma":
+            new = _use_fma(src, rng)
+            return (new, params) if new else None
         if op in ("toggle_simd", "toggle_parallel"):
             new = _toggle(src, rng, "simd" if op == "toggle_simd" else "parallel")
             return (new, _fit_params(new, params, rng)) if new else None

@@ -14,11 +14,14 @@ from kfray.config import SearchConfig
 from kfray.proposers.base import Elite, MetaPrompt, ProposalContext, Proposer
 from kfray.search.archive import Archive
 from kfray.search.descriptors import describe
+from kfray.source import source_hash
 from kfray.search.sampling import select_inspirations, select_parent, target_cell
 from kfray.tasks import load_task
 
 
 class Island:
+    RETRIES = 12
+
     def __init__(self, index: int, task_ref: str, language: str, cfg: SearchConfig, proposer: Proposer,
                  device_facts: dict | None = None, hardware: str = "", seed: int = 0):
         self.index = index
@@ -35,6 +38,7 @@ class Island:
         self.evaluated = 0
         self.outcomes: dict[str, int] = {}
         self._parents: dict[str, tuple[str | None, float]] = {}   # child id -> (parent id, parent fitness)
+        self.seen: set[str] = set()                                 # source hashes proposed or received
 
     def describe(self, cand: Candidate) -> Candidate:
         cand.cell = describe(cand.source, cand.language) if cand.source.strip() else (0, 0, 0)
@@ -51,7 +55,13 @@ class Island:
                 inspirations=select_inspirations(self.archive, parent, self.cfg.inspirations, self.rng),
                 target_cell=target_cell(self.archive, parent, self.rng), meta_prompt=meta_prompt(),
                 device_facts=self.device_facts, island=self.index, generation=self.generation + 1)
-            child = self.describe(self.proposer.propose(ctx, self.rng))
+            for _attempt in range(self.RETRIES):    # a child this island has seen teaches nothing
+                child = self.proposer.propose(ctx, self.rng)
+                key = source_hash(child.source, child.params)
+                if key not in self.seen or not child.source.strip():
+                    break
+            self.seen.add(key)
+            child = self.describe(child)
             child.task = self.task_ref
             self._parents[child.id] = (parent.candidate.id if parent else None,
                                        parent.result.fitness if parent else 0.0)
@@ -75,6 +85,7 @@ class Island:
     def seed(self, pairs: list[tuple[Candidate, EvalResult]]) -> None:
         """Seed kernels, evaluated once per task, go into every island's archive."""
         for cand, res in pairs:
+            self.seen.add(source_hash(cand.source, cand.params))
             self.archive.insert(cand, res)
 
     def emigrants(self, k: int) -> list[tuple[Candidate, EvalResult]]:
@@ -82,6 +93,7 @@ class Island:
 
     def immigrate(self, pairs: list[tuple[Candidate, EvalResult]]) -> int:
         """Insert elites from another island (same hardware: their timings stand)."""
+        self.seen.update(source_hash(c.source, c.params) for c, _ in pairs)
         return sum(self.archive.insert(c, r) != "rejected" for c, r in pairs)
 
     def summary(self) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 // y = a * x + b: threads over blocks, SIMD lanes and fused multiply-add inside each block.
 #include <cmath>
 #include <cstdint>
-// @kf.param BLOCK in [2048, 8192, 32768]
+// @kf.param BLOCK in [1024, 2048, 4096, 8192, 16384, 32768, 65536]
 
 extern "C" int kf_forward(const float* __restrict x, float* __restrict y, float a, float b, int64_t n) {
     #pragma omp parallel for schedule(static)

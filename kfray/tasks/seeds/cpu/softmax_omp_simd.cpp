@@ -1,7 +1,7 @@
 // Row softmax: rows across threads; SIMD reductions; exponentials written once and rescaled.
 #include <cmath>
 #include <cstdint>
-// @kf.param CHUNK in [1, 4, 16]
+// @kf.param CHUNK in [1, 2, 4, 8, 16, 32, 64]
 
 extern "C" int kf_forward(const float* __restrict x, float* __restrict y, int64_t rows, int64_t cols) {
     #pragma omp parallel for schedule(dynamic, CHUNK)

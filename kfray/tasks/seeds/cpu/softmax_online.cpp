@@ -2,8 +2,8 @@
 // so each row is read once for the statistics and once to write; rows in blocks across threads.
 #include <cmath>
 #include <cstdint>
-// @kf.param LANES in [4, 8, 16]
-// @kf.param ROWS_PER_TASK in [1, 8]
+// @kf.param LANES in [4, 8, 16, 32]
+// @kf.param ROWS_PER_TASK in [1, 2, 4, 8, 16]
 
 extern "C" int kf_forward(const float* __restrict x, float* __restrict y, int64_t rows, int64_t cols) {
     #pragma omp parallel for schedule(static)

@@ -1,0 +1,26 @@
+"""Summary tables for the terminal (rich), from a summary dict or a run database."""
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+
+def summary_table(summary: dict) -> Table:
+    t = Table(title=f"kfray: {summary['evaluated']} candidates, {summary['islands']} islands, "
+                    f"{summary['migrations']} migrations, {summary['prompt_generations']} prompt generations, "
+                    f"{summary['wall_seconds']:.0f} s")
+    for col in ("task", "best vs ref", "best vs seed", "correct/total", "cells", "migrations"):
+        t.add_column(col, justify="left" if col == "task" else "right", no_wrap=True)
+    for name, s in summary["tasks"].items():
+        t.add_row(name,
+                  f"{s['best_speedup_vs_reference']:.2f}x" if s["correct"] else "-",
+                  f"{s['best_speedup_vs_seed']:.2f}x" if s["correct"] else "-",
+                  f"{s['correct_count']} / {s['evaluated']}", str(s["cells_filled"]), str(s["migrations"]))
+    return t
+
+
+def print_summary(summary: dict, console: Console | None = None) -> None:
+    import sys
+
+    console = console or Console(width=None if sys.stdout.isatty() else 120)
+    console.print(summary_table(summary))

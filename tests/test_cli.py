@@ -1,0 +1,43 @@
+"""The CLI as a user meets it: the default run, and clear errors for bad input."""
+from __future__ import annotations
+
+import json
+import sqlite3
+
+from kfray.cli import main
+
+
+def test_default_run_through_the_cli(ray_local, tmp_path, tmp_cache, capsys):
+    run_dir = tmp_path / "D"
+    assert main(["run", "--run-dir", str(run_dir), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "best vs seed" in out and "matmul" in out
+    s = json.loads((run_dir / "summary.json").read_text())
+    assert set(s["tasks"]) == {"axpb", "softmax", "matmul"}
+    assert all(t["correct"] for t in s["tasks"].values())
+    assert max(t["best_speedup_vs_seed"] for t in s["tasks"].values()) >= 1.5
+    assert s["migrations"] >= 1 and s["prompt_generations"] >= 2 and s["islands"] == 12
+    db = sqlite3.connect(run_dir / "kfray.db")
+    for (state,) in db.execute("SELECT state FROM islands"):
+        assert len(json.loads(state)["archive"]["elites"]) >= 4
+    assert main(["status", str(run_dir)]) == 0
+    assert "prompt generations" in capsys.readouterr().out
+
+
+def test_unknown_config_key_is_one_clear_line(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("search:\n  islandz: 3\n")
+    assert main(["run", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown key 'search.islandz'" in err and str(bad) in err and "Traceback" not in err
+
+
+def test_unknown_task_is_one_clear_line(capsys):
+    assert main(["run", "--task", "nosuchtask"]) == 2
+    assert "no built-in task named 'nosuchtask'" in capsys.readouterr().err
+
+
+def test_tasks_lists_the_builtins(capsys):
+    assert main(["tasks"]) == 0
+    out = capsys.readouterr().out
+    assert "axpb" in out and "softmax" in out and "matmul" in out

@@ -1,0 +1,205 @@
+"""The offline proposer over the built-in CPU tasks: legal parameters, seeds, operator mix, hints."""
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections import Counter
+
+import pytest
+
+from kfray.candidate import Candidate, EvalResult
+from kfray.proposers.base import Elite, MetaPrompt, ProposalContext
+from kfray.proposers.offline import OPERATORS, OfflineProposer
+from kfray.source import parse_params
+from kfray.tasks import Seed, load_task
+
+TASKS = ["axpb", "softmax", "matmul"]
+
+
+def _elite(task, seed, params=None, speedup=1.0, cell=(0, 0, 0)) -> Elite:
+    src = seed.source
+    c = Candidate(task=task.name, language="cpp", source=src,
+                  params=params if params is not None else parse_params(src).default(), cell=cell)
+    return Elite(c, EvalResult(candidate_id=c.id, tier=5, times={"s": 1.0}, ref_times={"s": speedup}))
+
+
+def _ctx(task, parent=None, inspirations=(), meta=None, generation=1) -> ProposalContext:
+    return ProposalContext(task=task, language="cpp", parent=parent, inspirations=list(inspirations),
+                           target_cell=None, meta_prompt=meta, device_facts={}, island=3,
+                           generation=generation)
+
+
+def _meta(hints) -> MetaPrompt:
+    return MetaPrompt(id="mp-0001", generation=0, sections={}, hints=list(hints))
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_children_have_allowed_params(name):
+    """A random walk of 200 proposals, children becoming parents, never leaves the legal space."""
+    task = load_task(name)
+    seeds = task.seeds_for("cpp")
+    assert len(seeds) == 3
+    rng = random.Random(11)
+    prop = OfflineProposer()
+    pool = [_elite(task, s, cell=(i, 0, 0)) for i, s in enumerate(seeds)]
+    parent = None
+    for i in range(200):
+        others = [e for e in pool if parent is None or e is not parent]
+        child = prop.propose(_ctx(task, parent, rng.sample(others, k=min(2, len(others)))), rng)
+        space = parse_params(child.source)
+        assert set(child.params) == set(space.values), (child.origin, child.params)
+        assert all(child.params[k] in space.values[k] for k in space.values), (child.origin, child.params)
+        assert space.allows(child.params), (child.origin, child.params)
+        assert child.task == name and child.language == "cpp"
+        assert child.origin.startswith("offline:")
+        assert child.origin.split(":", 1)[1] in OPERATORS
+        pool.append(Elite(child, EvalResult(candidate_id=child.id, tier=5, times={"s": 1.0},
+                                            ref_times={"s": 1.0})))
+        parent = rng.choice(pool)
+
+
+CONSTRAINED = """\
+// @kf.param A in [1, 2, 4, 8]
+// @kf.param B in [1, 2, 4, 8]
+// @kf.require A * B <= 8
+extern "C" int kf_forward(const float* x, float* y, float a, float b, int64_t n) {
+    #pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) y[i] = a * x[i] + b;
+    return 0;
+}
+"""
+
+
+def test_children_respect_requires_that_exclude_settings():
+    """The built-in seeds' requires exclude nothing; here half the grid is illegal."""
+    base = load_task("axpb")
+    seeds = [Seed("naive", "cpp", CONSTRAINED), Seed("alt", "cpp", CONSTRAINED.replace("A * B", "B * A"))]
+    task = dataclasses.replace(base, seeds=seeds)
+    space = parse_params(CONSTRAINED)
+    assert 0 < len(list(space.settings())) < space.size()
+    rng = random.Random(18)
+    prop = OfflineProposer()
+    pool = [_elite(task, s) for s in seeds]
+    ops = Counter()
+    for _ in range(200):
+        parent = rng.choice(pool)
+        child = prop.propose(_ctx(task, parent, [e for e in pool if e is not parent]), rng)
+        ops[child.origin] += 1
+        assert parse_params(child.source).allows(child.params), (child.origin, child.params)
+        pool.append(Elite(child, EvalResult(candidate_id=child.id, tier=5, times={"s": 1.0},
+                                            ref_times={"s": 1.0})))
+    assert ops["offline:mutate_params"] > 20
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_without_parent_starts_from_baseline(name):
+    task = load_task(name)
+    base = task.baseline_seed("cpp")
+    seeds = {s.source for s in task.seeds_for("cpp")}
+    prop = OfflineProposer()
+    rng = random.Random(12)
+    ops = Counter()
+    for _ in range(100):
+        child = prop.propose(_ctx(task, None), rng)
+        assert child.parent_id is None
+        op = child.origin.split(":", 1)[1]
+        ops[op] += 1
+        if op == "mutate_params":
+            assert child.source == base.source
+            assert child.params != parse_params(base.source).default()
+        elif op == "switch_strategy":
+            assert child.source in seeds and child.source != base.source
+        assert parse_params(child.source).allows(child.params)
+    assert ops["mutate_params"] > 0
+    assert set(ops) <= {"mutate_params", "switch_strategy", "toggle_simd", "toggle_parallel", "use_fma"}
+
+
+def test_parent_identity_is_recorded():
+    task = load_task("matmul")
+    parent = _elite(task, task.seeds_for("cpp")[2])
+    meta = _meta([])
+    child = OfflineProposer().propose(_ctx(task, parent, meta=meta, generation=7), random.Random(0))
+    assert child.parent_id == parent.candidate.id
+    assert child.prompt_id == "mp-0001"
+    assert child.generation == 7 and child.island == 3
+    assert child.id != parent.candidate.id
+
+
+def test_proposals_differ_from_parent():
+    task = load_task("matmul")
+    parent = _elite(task, task.seeds_for("cpp")[2])
+    rng = random.Random(13)
+    prop = OfflineProposer()
+    same = 0
+    for _ in range(200):
+        c = prop.propose(_ctx(task, parent), rng)
+        same += (c.source == parent.candidate.source and c.params == parent.candidate.params)
+    assert same < 10
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_operator_variety(name):
+    task = load_task(name)
+    seeds = task.seeds_for("cpp")
+    pool = [_elite(task, s, cell=(i, 0, 0)) for i, s in enumerate(seeds)]
+    rng = random.Random(14)
+    prop = OfflineProposer()
+    ops = Counter()
+    for _ in range(200):
+        parent = rng.choice(pool)
+        ins = [e for e in pool if e is not parent]
+        ops[prop.propose(_ctx(task, parent, ins), rng).origin] += 1
+    assert len(ops) >= 4, ops
+    assert all(o.startswith("offline:") for o in ops)
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_hints_raise_the_hinted_operator(name):
+    task = load_task(name)
+    seeds = task.seeds_for("cpp")
+    parent = _elite(task, seeds[-1])              # the last seed has OpenMP loops to toggle
+    ins = [_elite(task, seeds[0])]
+    prop = OfflineProposer()
+
+    def frequency(meta, seed):
+        rng = random.Random(seed)
+        n = 300
+        return sum(prop.propose(_ctx(task, parent, ins, meta), rng).origin == "offline:toggle_simd"
+                   for _ in range(n)) / n
+
+    plain = frequency(None, 15)
+    no_hints = frequency(_meta([]), 15)
+    hinted = frequency(_meta(["toggle_simd"] * 5), 15)
+    assert plain > 0
+    assert hinted > 2 * max(plain, no_hints), (plain, no_hints, hinted)
+    assert hinted > 0.35
+
+
+def test_unknown_hints_are_ignored():
+    task = load_task("axpb")
+    parent = _elite(task, task.seeds_for("cpp")[1])
+    rng = random.Random(16)
+    child = OfflineProposer().propose(_ctx(task, parent, meta=_meta(["no_such_operator"] * 3)), rng)
+    assert child.origin.split(":", 1)[1] in OPERATORS
+
+
+def test_toggle_simd_edits_only_a_pragma():
+    task = load_task("axpb")
+    parent = _elite(task, task.seeds_for("cpp")[1])   # axpb_omp: one "parallel for" loop
+    rng = random.Random(17)
+    prop = OfflineProposer()
+    meta = _meta(["toggle_simd"] * 50)
+    for _ in range(50):
+        c = prop.propose(_ctx(task, parent, meta=meta), rng)
+        if c.origin != "offline:toggle_simd":
+            continue
+        old = parent.candidate.source.splitlines()
+        new = c.source.splitlines()
+        assert len(old) == len(new)
+        changed = [(a, b) for a, b in zip(old, new) if a != b]
+        assert len(changed) == 1
+        a, b = changed[0]
+        assert "#pragma omp" in a and b.replace(" simd", "") == a.replace(" simd", "")
+        assert c.params == parent.candidate.params
+        return
+    pytest.fail("toggle_simd never chosen despite a strong hint")
