@@ -49,6 +49,8 @@ class EvalConfig:
     memory_limit_mb: int = 4096      # address-space limit of the sandbox (cpu backend)
     cache_dir: str = ""              # compile cache; default ~/.cache/kfray
     flags: list = field(default_factory=list)  # extra compiler flags
+    compile_workers: int = 4         # GPU backends: candidates compiling ahead while one is timed
+    accelerator_type: str = ""       # cuda: only GPUs Ray tags accelerator_type:<this> (e.g. H200)
 
 
 @dataclass
@@ -154,6 +156,14 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     except yaml.YAMLError:
         value = raw
     return key.strip().split("."), value
+
+
+def config_from_dict(data: dict, where: str = "configuration") -> RunConfig:
+    """A RunConfig from a dict such as RunConfig.to_dict() wrote (a run database's copy)."""
+    cfg = RunConfig()
+    _fill(cfg, data, "", where)
+    _check(cfg, where)
+    return cfg
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> RunConfig:

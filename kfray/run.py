@@ -47,6 +47,8 @@ class TaskState:
     baseline_speedup: float = 0.0
     correct: int = 0
     evaluated: int = 0
+    seed_pairs: list = field(default_factory=list)
+    checkpoints: dict = field(default_factory=dict)   # island index -> latest state() from an ingest
 
 
 def default_run_dir() -> Path:
@@ -54,8 +56,10 @@ def default_run_dir() -> Path:
 
 
 class Coordinator:
-    def __init__(self, cfg: RunConfig, run_dir: str | Path | None = None, progress: bool = True):
+    def __init__(self, cfg: RunConfig, run_dir: str | Path | None = None, progress: bool = True,
+                 resume: bool = False):
         self.cfg = cfg
+        self.resume = resume
         self.run_dir = Path(run_dir or cfg.run_dir or default_run_dir())
         self.progress = progress
         self.language = LANGUAGE[cfg.eval.backend]
@@ -67,6 +71,8 @@ class Coordinator:
         self.name = f"kfray-{self.run_dir.name}-{int(time.time() * 1000) % 10**8}"
         self.actors: list = []
         self.migrations = 0
+        self.island_restores = 0
+        self._last_prompt_save = 0.0
 
     # --- set-up --------------------------------------------------------------------------------
     def _start_actors(self):
@@ -89,34 +95,96 @@ class Coordinator:
         self.evolver = make_prompt_evolver(f"{self.name}-prompt-evolver", self.cfg.prompts, self.cfg.proposer,
                                            self.cfg.search.seed)
         self.actors.append(self.evolver)
-        self.queue = EvalQueue(self.evaluators)
+        depth = 1 if e.backend == "cpu" else e.compile_workers + 1
+        self.queue = EvalQueue(self.evaluators, depth=depth)
 
     def _start_islands(self, st: TaskState):
         s = self.cfg.search
         cls = ray.remote(IslandActor)
         for i in range(s.islands):
-            a = cls.options(name=f"{self.name}-island-{st.ref}-{i}", num_cpus=0, max_restarts=0).remote(
+            a = cls.options(name=f"{self.name}-island-{st.ref}-{i}", num_cpus=0, max_restarts=-1,
+                            max_task_retries=0).remote(
                 i, st.ref, self.language, s, self.cfg.proposer, f"{self.name}-prompt-evolver",
                 self.device_facts, self.hardware, s.seed)
             st.islands.append(a)
             self.actors.append(a)
         st.generations = [0] * s.islands
         st.next_migration = s.migrate_every
+        if self.resume:
+            self._restore_islands(st)
+        else:
+            ray.get([isl.seed.remote(st.seed_pairs) for isl in st.islands])
+
+    def _restore_islands(self, st: TaskState):
+        """Resume: each island from its last checkpoint plus the results it had not yet ingested."""
+        saved = {r["island"]: (json.loads(r["state"]), r["updated"]) for r in
+                 self.store.rows("SELECT island, state, updated FROM islands WHERE task = ?", (st.ref,))}
+        calls = []
+        for i, isl in enumerate(st.islands):
+            state, updated = saved.get(i, (None, 0.0))
+            mine = [(c.to_dict(), r.to_dict()) for c, r in self.store.evaluated(st.ref)
+                    if c.island == i and c.id not in _archived_ids(state)]
+            if state is None:
+                calls.append(isl.restore.remote(_empty_state_like(i, st.ref), st.seed_pairs + mine))
+            else:
+                st.checkpoints[i] = state
+                st.generations[i] = state["generation"]
+                calls.append(isl.restore.remote(state, mine))
+        ray.get(calls)
+        st.next_migration = (min(st.generations) // self.cfg.search.migrate_every + 1) * self.cfg.search.migrate_every
+
+    def _recover_island(self, st: TaskState, i: int, missed: list = ()):
+        """An island actor died (Ray restarted it empty): give it back its last checkpoint."""
+        self.island_restores += 1
+        isl = st.islands[i]
+        if i in st.checkpoints:
+            ray.get(isl.restore.remote(st.checkpoints[i], list(missed)))
+        else:
+            ray.get(isl.restore.remote(_empty_state_like(i, st.ref), st.seed_pairs + list(missed)))
+
+    def _load_progress(self, states: dict[str, TaskState]):
+        """Resume: what the database already holds is spent budget and is never evaluated again."""
+        for ref, st in states.items():
+            baseline = self.tasks[ref].seeds_for(self.language)
+            for c, r in self.store.evaluated(ref):
+                st.spent += 1
+                st.seen.add(source_hash(c.source, c.params))
+                self._account(st, c, r)
+                if c.origin.startswith("seed:"):
+                    st.seed_pairs.append((c.to_dict(), r.to_dict()))
+                    if baseline and c.origin == f"seed:{baseline[0].name}" and r.correct:
+                        st.baseline_speedup = r.speedup
+            st.migration_rounds = (self.store.rows("SELECT MAX(round) AS m FROM migrations WHERE task = ?",
+                                                   (ref,))[0]["m"] or 0)
+            self.migrations += st.migration_rounds
+
+    def _save_prompts(self, force: bool = False):
+        if not force and time.time() - self._last_prompt_save < 5:
+            return
+        self._last_prompt_save = time.time()
+        snap, prompts = ray.get([self.evolver.snapshot.remote(), self.evolver.all_prompts.remote()])
+        self.store.set_meta(prompt_population=snap)
+        self.store.upsert_prompts(prompts)
 
     # --- the loop ------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         t_start = time.time()
         connect(self.cfg.address, num_cpus=int(math.ceil(self.cfg.eval.evaluators * self.cfg.eval.num_cpus)))
         self.store = Store(self.run_dir / "kfray.db")
-        self.store.set_meta(config=self.cfg.to_dict(), started=t_start, status="running", name=self.name)
+        prior = self.store.meta() if self.resume else {}
+        self.store.set_meta(config=self.cfg.to_dict(), status="running", name=self.name,
+                            **({"resumed": prior.get("resumed", 0) + 1} if self.resume else {"started": t_start}))
         try:
             self._start_actors()
             self.store.set_meta(hardware=self.hardware, device_facts=self.device_facts)
+            if "prompt_population" in prior:
+                ray.get(self.evolver.restore.remote(prior["prompt_population"]))
             states = {ref: TaskState(ref) for ref in self.tasks}
+            if self.resume:
+                self._load_progress(states)
             self._evaluate_seeds(states)
             for st in states.values():
                 self._start_islands(st)
-            ray.get([isl.seed.remote(st.seed_pairs) for st in states.values() for isl in st.islands])
             self._loop(states, t_start)
             return self._finish(states, t_start)
         finally:
@@ -126,15 +194,16 @@ class Coordinator:
     def _evaluate_seeds(self, states: dict[str, TaskState]):
         """Each seed kernel is evaluated once per task and shared by all of that task's islands."""
         for ref, st in states.items():
-            st.seed_pairs = []
             for seed in self.tasks[ref].seeds_for(self.language):
                 c = Candidate(task=ref, language=self.language, source=seed.source, origin=f"seed:{seed.name}",
                               params=parse_params(seed.source).default())
                 c.cell = describe(c.source, c.language)
+                if source_hash(c.source, c.params) in st.seen:
+                    continue          # resumed: evaluated before the stop
                 st.seen.add(source_hash(c.source, c.params))
                 st.spent += 1
                 self.queue.submit(c)
-        pending = sum(st.spent for st in states.values())
+        pending = len(self.queue)
         while pending:
             for c, r in self.queue.poll(0.2):
                 pending -= 1
@@ -155,7 +224,7 @@ class Coordinator:
     def _loop(self, states: dict[str, TaskState], t_start: float):
         s = self.cfg.search
         proposing: dict[Any, tuple[TaskState, int]] = {}
-        ingesting: dict[Any, tuple[TaskState, int]] = {}
+        ingesting: dict[Any, tuple[TaskState, int, list]] = {}
         batches: dict[tuple[str, int], dict] = {}     # (task, island) -> {"pending": set, "done": list}
         busy: set[tuple[str, int]] = set()
         owner: dict[str, tuple[str, int]] = {}
@@ -185,8 +254,14 @@ class Coordinator:
             for ref in ready:
                 if ref in proposing:
                     st, i = proposing.pop(ref)
+                    try:
+                        proposed = ray.get(ref)
+                    except ray.exceptions.RayActorError:
+                        self._recover_island(st, i)
+                        busy.discard((st.ref, i))
+                        continue
                     fresh = []
-                    for d in ray.get(ref):
+                    for d in proposed:
                         c = Candidate.from_dict(d)
                         st.proposals += 1
                         h = source_hash(c.source, c.params)
@@ -204,11 +279,19 @@ class Coordinator:
                         del batches[(st.ref, i)]
                         busy.discard((st.ref, i))
                 else:
-                    st, i = ingesting.pop(ref)
-                    info = ray.get(ref)
+                    st, i, pairs = ingesting.pop(ref)
+                    busy.discard((st.ref, i))
+                    try:
+                        info = ray.get(ref)
+                    except ray.exceptions.RayActorError:
+                        self._recover_island(st, i, pairs)
+                        continue
                     self.store.set_outcomes([(r["candidate_id"], r["outcome"]) for r in info["records"]])
                     st.generations[i] = info["summary"]["generation"]
-                    busy.discard((st.ref, i))
+                    st.checkpoints[i] = info["state"]
+                    self.store.save_islands([info["state"]])
+                    if info["new_prompts"]:
+                        self._save_prompts()
                     if min(st.generations) >= st.next_migration:
                         self._migrate(st)
             results = self.queue.poll(0.02)
@@ -222,7 +305,7 @@ class Coordinator:
                 b["pending"].discard(c.id)
                 b["done"].append((c.to_dict(), r.to_dict()))
                 if not b["pending"]:
-                    ingesting[st.islands[key[1]].ingest.remote(b["done"])] = (st, key[1])
+                    ingesting[st.islands[key[1]].ingest.remote(b["done"])] = (st, key[1], b["done"])
                     del batches[key]
             self.store.add_candidates(rows)
             if results:
@@ -250,8 +333,8 @@ class Coordinator:
     def _finish(self, states: dict[str, TaskState], t_start: float) -> dict[str, Any]:
         island_states = ray.get([isl.state.remote() for st in states.values() for isl in st.islands])
         self.store.save_islands(island_states)
+        self._save_prompts(force=True)
         prompts = ray.get(self.evolver.all_prompts.remote())
-        self.store.upsert_prompts(prompts)
         best_dir = self.run_dir / "best"
         best_dir.mkdir(parents=True, exist_ok=True)
         per_task = {}
@@ -286,6 +369,7 @@ class Coordinator:
             "prompt_generations": len({p["generation"] for p in prompts}),
             "evaluated": sum(st.evaluated for st in states.values()),
             "requeued": self.queue.requeued,
+            "island_restores": self.island_restores,
             "per_evaluator": self.queue.per_evaluator,
             "wall_seconds": round(time.time() - t_start, 2),
             "run_dir": str(self.run_dir),
@@ -338,5 +422,34 @@ class _Progress:
             self.bar.stop()
 
 
+def _archived_ids(state: dict | None) -> set[str]:
+    return {e["candidate"]["id"] for e in state["archive"]["elites"]} if state else set()
+
+
+def _empty_state_like(index: int, task: str) -> dict:
+    """A state with nothing in it, for `restore` to replay results into an island seeded afresh."""
+    from kfray.search.archive import Archive
+    import random
+    version, internal, gauss = random.Random(index).getstate()
+    return {"index": index, "task": task, "generation": 0, "evaluated": 0, "outcomes": {},
+            "archive": Archive().to_dict(), "rng": [version, list(internal), gauss], "seen": [], "parents": {}}
+
+
 def run_search(cfg: RunConfig, run_dir: str | Path | None = None, progress: bool = True) -> dict[str, Any]:
     return Coordinator(cfg, run_dir, progress).run()
+
+
+def resume_search(run_dir: str | Path, progress: bool = True) -> dict[str, Any]:
+    """Continue a stopped run from its database: nothing evaluated is lost or evaluated again."""
+    from kfray.config import config_from_dict
+
+    db = Path(run_dir) / "kfray.db"
+    if not db.is_file():
+        raise KfrayError(f"{run_dir}: no kfray.db here, nothing to resume; give the folder of an earlier run")
+    store = Store(db)
+    meta = store.meta()
+    store.close()
+    if "config" not in meta:
+        raise KfrayError(f"{db}: the run's configuration is missing; it cannot be resumed")
+    cfg = config_from_dict(meta["config"], where=str(db))
+    return Coordinator(cfg, run_dir, progress, resume=True).run()

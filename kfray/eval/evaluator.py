@@ -1,11 +1,15 @@
 """Evaluator: owns one device (or CPU slot), compiles a candidate and runs it in the sandbox.
 
 `Evaluator` is a plain class so tests can drive it without Ray; `make_evaluators` wraps it as
-Ray actors tagged with the resources of the device they own.
+Ray actors tagged with the resources of the device they own. A GPU evaluator is a threaded
+actor: several `evaluate` calls compile at once on the node's CPUs (nvcc is a subprocess, so
+threads overlap), and only the sandbox run (load, check, time) holds the device lock. With the
+queue keeping more jobs than one in flight per GPU, the GPU never waits on a compiler.
 """
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Any
 
@@ -25,7 +29,9 @@ class Evaluator:
         env = {"OMP_NUM_THREADS": str(cfg.threads), "OPENBLAS_NUM_THREADS": str(cfg.threads),
                "MKL_NUM_THREADS": str(cfg.threads), "OMP_PROC_BIND": "false"}
         self.sandbox = Sandbox(backend_name, cfg, env)
+        self.device_lock = threading.Lock()
         self.evaluated = 0
+        self.device_busy_s = 0.0
 
     def info(self) -> dict[str, Any]:
         return {"name": self.name, "hardware": self.backend.hardware_class(),
@@ -55,10 +61,13 @@ class Evaluator:
                "trials": self.cfg.trials, "warmup": self.cfg.warmup, "repeats": self.cfg.repeats,
                "max_repeats": self.cfg.max_repeats, "min_time": self.cfg.min_time_s,
                "cache_bytes": int(self.backend.device_facts().get("cache_bytes", 32 << 20))}
-        try:
-            out = self.sandbox.run(job, self.cfg.timeout_s)
-        except RuntimeError as e:
-            out = {"tier": TIER_RUNTIME_ERROR, "reason": f"sandbox failure: {e}"}
+        with self.device_lock:
+            t_dev = time.perf_counter()
+            try:
+                out = self.sandbox.run(job, self.cfg.timeout_s)
+            except RuntimeError as e:
+                out = {"tier": TIER_RUNTIME_ERROR, "reason": f"sandbox failure: {e}"}
+            self.device_busy_s += time.perf_counter() - t_dev
         res.tier = out["tier"]
         res.reason = out.get("reason", "")
         res.times = out.get("times", {})
@@ -72,6 +81,7 @@ class Evaluator:
 
     def stats(self) -> dict:
         return {"name": self.name, "evaluated": self.evaluated, "sandbox_restarts": self.sandbox.restarts,
+                "device_busy_s": self.device_busy_s,
                 "compile_cache": self.backend.cache.stats() if hasattr(self.backend, "cache") else {}}
 
     def shutdown(self) -> None:
@@ -86,5 +96,8 @@ def make_evaluators(backend_name: str, cfg: EvalConfig, count: int, run_name: st
     opts: dict[str, Any] = {"max_restarts": -1, "max_task_retries": 0, "num_cpus": cfg.num_cpus}
     if backend_name == "cuda":
         opts["num_gpus"] = 1
+        opts["max_concurrency"] = cfg.compile_workers + 1
+        if cfg.accelerator_type:   # e.g. H200: Ray advertises accelerator_type:H200 on such nodes
+            opts["resources"] = {f"accelerator_type:{cfg.accelerator_type}": 0.001}
     return [actor_cls.options(name=f"{run_name}-evaluator-{backend_name}-{i}", **opts)
             .remote(backend_name, cfg, f"{backend_name}-{i}") for i in range(count)]

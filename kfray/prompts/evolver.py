@@ -40,6 +40,10 @@ class PromptEvolver:
     def generations(self) -> int:
         return self.population.generations()
 
+    def restore(self, snapshot: dict) -> None:
+        """Continue from a snapshot (a resumed run, or a restart after this actor died)."""
+        self.population = MetaPromptPopulation.from_dict(snapshot)
+
 
 def make_prompt_evolver(name: str, prompt_cfg: PromptConfig, proposer_cfg=None, seed: int = 0):
     """Create (or attach to) the named evolver actor; num_cpus=0 so it never blocks evaluators."""

@@ -105,9 +105,27 @@ class Island:
 
     def state(self) -> dict:
         """Everything needed to rebuild this island after a crash (archive, RNG, counters)."""
+        version, internal, gauss = self.rng.getstate()
         return {"index": self.index, "task": self.task_ref, "generation": self.generation,
                 "evaluated": self.evaluated, "outcomes": self.outcomes, "archive": self.archive.to_dict(),
-                "rng": repr(self.rng.getstate())}
+                "rng": [version, list(internal), gauss], "seen": sorted(self.seen),
+                "parents": {k: list(v) for k, v in self._parents.items()}}
+
+    def restore(self, state: dict) -> None:
+        """Become the island a `state()` described (resume, or restart after the actor died)."""
+        self.generation, self.evaluated = state["generation"], state["evaluated"]
+        self.outcomes = dict(state["outcomes"])
+        self.archive = Archive.from_dict(state["archive"])
+        version, internal, gauss = state["rng"]
+        self.rng.setstate((version, tuple(internal), gauss))
+        self.seen = set(state.get("seen", []))
+        self._parents = {k: (v[0], v[1]) for k, v in state.get("parents", {}).items()}
+
+    def replay(self, pairs: list[tuple[Candidate, EvalResult]]) -> None:
+        """Insert results the last checkpoint missed (evaluated, but not yet ingested at a crash)."""
+        for cand, res in pairs:
+            self.seen.add(source_hash(cand.source, cand.params))
+            self.archive.insert(cand, res)
 
 
 class IslandActor:
@@ -147,7 +165,8 @@ class IslandActor:
         if ev:
             import ray
             new_prompts = [p for p in ray.get([ev.report.remote(pid, s) for pid, s in best.items()]) if p]
-        return {"records": recs, "summary": self.island.summary(), "new_prompts": new_prompts}
+        return {"records": recs, "summary": self.island.summary(), "new_prompts": new_prompts,
+                "state": self.island.state()}
 
     def seed(self, pairs: list[tuple[dict, dict]]) -> None:
         self.island.seed([(Candidate.from_dict(c), EvalResult.from_dict(r)) for c, r in pairs])
@@ -163,3 +182,7 @@ class IslandActor:
 
     def state(self) -> dict:
         return self.island.state()
+
+    def restore(self, state: dict, missed: list[tuple[dict, dict]] = ()) -> None:
+        self.island.restore(state)
+        self.island.replay([(Candidate.from_dict(c), EvalResult.from_dict(r)) for c, r in missed])

@@ -1,9 +1,11 @@
 """Tasks and their loaders. `load_task(ref)` turns a reference string into a Task.
 
-Reference forms: `axpb` or `builtin:axpb` (built-in).
+Reference forms: `axpb` or `builtin:axpb` (built-in); a suffix `@SET` picks one of the task's
+named shape sets instead of its default shapes, e.g. `axpb@gpu` (sizes that fill a GPU).
 """
 from __future__ import annotations
 
+import dataclasses
 from functools import lru_cache
 
 from kfray.errors import TaskError
@@ -19,6 +21,17 @@ def builtin_names() -> list[str]:
 
 @lru_cache(maxsize=64)
 def load_task(ref: str) -> Task:
+    base, _, shape_set = ref.partition("@")
+    task = _load(base)
+    if shape_set:
+        if shape_set not in task.shape_sets:
+            raise TaskError(f"task {base!r} has no shape set {shape_set!r} "
+                            f"(it has: {', '.join(task.shape_sets) or 'none'})")
+        task = dataclasses.replace(task, shapes=task.shape_sets[shape_set])
+    return dataclasses.replace(task, ref=ref, name=ref)
+
+
+def _load(ref: str) -> Task:
     kind, _, name = ref.partition(":") if ":" in ref else ("builtin", "", ref)
     if kind == "builtin":
         if name not in BUILTIN:

@@ -53,6 +53,7 @@ class Task:
     ref: str = ""                                      # how a worker process loads it again, e.g. builtin:axpb
     input_scale: float = 1.0
     instructions: str = ""
+    shape_sets: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # e.g. {"gpu": {...}}
 
     def __post_init__(self):
         names = [a.name for a in self.args]

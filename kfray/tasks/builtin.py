@@ -55,7 +55,8 @@ def axpb() -> Task:
               Scalar("a", "float32"), Scalar("b", "float32"), Scalar("n", "int64", "n")],
         shapes={"n1M": {"n": 1 << 20}, "n4M": {"n": 1 << 22}},
         reference=_axpb_ref, rtol=1e-5, atol=1e-6,
-        bytes_moved="8 * n", flops="2 * n", seeds=load_seeds("axpb"), ref="builtin:axpb")
+        bytes_moved="8 * n", flops="2 * n", seeds=load_seeds("axpb"), ref="builtin:axpb",
+        shape_sets={"gpu": {"n16M": {"n": 1 << 24}, "n64M": {"n": 1 << 26}}})
 
 
 def softmax() -> Task:
@@ -67,7 +68,8 @@ def softmax() -> Task:
         shapes={"r1024c1024": {"rows": 1024, "cols": 1024}, "r4096c256": {"rows": 4096, "cols": 256}},
         reference=_softmax_ref, rtol=1e-4, atol=1e-7, input_scale=3.0,
         bytes_moved="8 * rows * cols", flops="5 * rows * cols", seeds=load_seeds("softmax"),
-        ref="builtin:softmax")
+        ref="builtin:softmax",
+        shape_sets={"gpu": {"r8192c4096": {"rows": 8192, "cols": 4096}, "r65536c512": {"rows": 65536, "cols": 512}}})
 
 
 def matmul() -> Task:
@@ -80,7 +82,9 @@ def matmul() -> Task:
         shapes={"sq256": {"m": 256, "n": 256, "k": 256}, "r192x320x256": {"m": 192, "n": 320, "k": 256}},
         reference=_matmul_ref, rtol=1e-3, atol=1e-4,
         bytes_moved="4 * (m * k + k * n + m * n)", flops="2 * m * n * k", seeds=load_seeds("matmul"),
-        ref="builtin:matmul")
+        ref="builtin:matmul",
+        shape_sets={"gpu": {"sq2048": {"m": 2048, "n": 2048, "k": 2048},
+                            "r4096x2048x1024": {"m": 4096, "n": 2048, "k": 1024}}})
 
 
 BUILTIN = {"axpb": axpb, "softmax": softmax, "matmul": matmul}
