@@ -1,15 +1,12 @@
-"""Command line: `kfray run / tasks / status / doctor`.
+"""Command line: `kfray run / tasks / status / report / doctor`.
 
 Errors a user can fix (KfrayError) print one line and exit 2; no traceback.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
-import sqlite3
 import sys
-from pathlib import Path
 
 from kfray.errors import KfrayError
 
@@ -27,6 +24,15 @@ def _cmd_run(args) -> int:
     summary = run_search(cfg, args.run_dir, progress=not args.quiet)
     print_summary(summary)
     print(f"run folder: {summary['run_dir']} (summary.json, kfray.db, best/)")
+    return 0
+
+
+def _cmd_resume(args) -> int:
+    from kfray.report import print_summary
+    from kfray.run import resume_search
+
+    summary = resume_search(args.run_dir, progress=not args.quiet)
+    print_summary(summary)
     return 0
 
 
@@ -48,28 +54,26 @@ def _cmd_tasks(args) -> int:
 
 
 def _cmd_status(args) -> int:
-    from rich.console import Console
-    from rich.table import Table
+    from kfray.report.status import show
 
-    db = Path(args.run_dir) / "kfray.db"
-    if not db.is_file():
-        raise KfrayError(f"{args.run_dir}: no kfray.db here; give the folder a `kfray run --run-dir` wrote")
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    meta = {k: json.loads(v) for k, v in con.execute("SELECT key, value FROM meta")}
-    t = Table(title=f"{args.run_dir}: {meta.get('status', '?')}")
-    for c in ("task", "island", "candidates", "correct", "best speedup", "cells"):
-        t.add_column(c, justify="right")
-    q = ("SELECT task, island, COUNT(*), SUM(tier = 5), MAX(CASE WHEN tier = 5 THEN speedup END), "
-         "COUNT(DISTINCT CASE WHEN outcome IN ('new_cell','replaced','seed') THEN cell END) "
-         "FROM candidates GROUP BY task, island ORDER BY task, island")
-    for task, island, n, ok, best, cells in con.execute(q):
-        t.add_row(task, "seeds" if island < 0 else str(island), str(n), str(ok or 0),
-                  f"{best:.2f}x" if best else "-", str(cells))
-    Console().print(t)
-    tiers = dict(con.execute("SELECT tier, COUNT(*) FROM candidates GROUP BY tier"))
-    mig = con.execute("SELECT COUNT(DISTINCT task || '/' || round) FROM migrations").fetchone()[0]
-    gens = con.execute("SELECT COUNT(DISTINCT generation) FROM prompts").fetchone()[0]
-    print(f"tiers: {tiers}; migrations: {mig}; prompt generations: {gens}")
+    watch, run_dir = args.watch, args.run_dir
+    if watch is not None:                     # `status --watch RUN_DIR`: the folder went to --watch
+        try:
+            watch = float(watch)
+        except ValueError:
+            watch, run_dir = 2.0, run_dir or watch
+        if watch <= 0:
+            raise KfrayError(f"--watch {args.watch}: give a positive number of seconds")
+    if not run_dir:
+        raise KfrayError("status needs a run folder: kfray status RUN_DIR [--watch [SECONDS]]")
+    return show(run_dir, watch=watch)
+
+
+def _cmd_report(args) -> int:
+    from kfray.report.html import write_report
+
+    html, pngs = write_report(args.run_dir, args.out)
+    print(f"wrote {html} ({len(pngs)} plots in {html.parent / 'report'})")
     return 0
 
 
@@ -101,11 +105,22 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--task", action="append", help="task to search (repeatable); overrides the config's tasks")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.set_defaults(fn=_cmd_run)
+    rs = sub.add_parser("resume", help="continue a stopped run from its database (nothing is evaluated twice)")
+    rs.add_argument("run_dir")
+    rs.add_argument("--quiet", action="store_true", help="no progress bar")
+    rs.set_defaults(fn=_cmd_resume)
     t = sub.add_parser("tasks", help="list the tasks kfray can load")
     t.set_defaults(fn=_cmd_tasks)
     s = sub.add_parser("status", help="progress of a running or finished search, from its database")
-    s.add_argument("run_dir")
+    s.add_argument("run_dir", nargs="?")
+    s.add_argument("--watch", nargs="?", const="2", metavar="SECONDS",
+                   help="refresh every SECONDS (default 2) until the run finishes or Ctrl-C")
     s.set_defaults(fn=_cmd_status)
+    rp = sub.add_parser("report", help="write an HTML report with plots (archives, curves, lineage) for a run")
+    rp.add_argument("run_dir")
+    rp.add_argument("--out", metavar="FILE", help="HTML file to write (default RUN_DIR/report.html); "
+                                                  "the PNGs go in a report/ folder next to it")
+    rp.set_defaults(fn=_cmd_report)
     d = sub.add_parser("doctor", help="check compilers and packages")
     d.set_defaults(fn=_cmd_doctor)
     return p
