@@ -49,8 +49,8 @@ def search(budget: int, work: Path, cache: Path) -> dict:
 
 
 def roofline(summary: dict, facts: dict, store: Store) -> list[dict]:
-    bw = facts.get("copy_gbps") or facts.get("copy_bandwidth_gbps") or 0
-    rate = facts.get("fp32_gflops") or facts.get("matmul_fp32_gflops") or 0
+    bw = facts.get("copy_bandwidth_gbps") or 0
+    rate = (facts.get("fp32_matmul_tflops") or 0) * 1e3
     rows = []
     for ref, t in summary["tasks"].items():
         if not t["correct"]:

@@ -77,6 +77,7 @@ class Evaluator:
         res.facts.update(out.get("facts", {}))
         if out.get("recycled"):
             res.facts["sandbox_recycled"] = True
+        _add_peak_fractions(res.facts, self.backend.device_facts())
         return res.to_dict()
 
     def stats(self) -> dict:
@@ -86,6 +87,17 @@ class Evaluator:
 
     def shutdown(self) -> None:
         self.sandbox.close()
+
+
+def _add_peak_fractions(facts: dict, device: dict) -> None:
+    """Achieved GB/s and GFLOP/s as fractions of the device's measured copy bandwidth and fp32 rate."""
+    bw = device.get("copy_bandwidth_gbps") or 0.0
+    rate = (device.get("fp32_matmul_tflops") or 0.0) * 1e3
+    for shape in facts.get("per_shape", {}).values():
+        if bw:
+            shape["fraction_of_copy_bw"] = shape["gbps"] / bw
+        if rate:
+            shape["fraction_of_fp32_peak"] = shape["gflops"] / rate
 
 
 def make_evaluators(backend_name: str, cfg: EvalConfig, count: int, run_name: str = "kfray") -> list:
@@ -99,5 +111,11 @@ def make_evaluators(backend_name: str, cfg: EvalConfig, count: int, run_name: st
         opts["max_concurrency"] = cfg.compile_workers + 1
         if cfg.accelerator_type:   # e.g. H200: Ray advertises accelerator_type:H200 on such nodes
             opts["resources"] = {f"accelerator_type:{cfg.accelerator_type}": 0.001}
+    elif backend_name == "sycl":   # one device: compile ahead in threads, the sandbox run holds the lock
+        from kfray.eval.backends.sycl_runtime import evaluator_resources
+        opts["max_concurrency"] = cfg.compile_workers + 1
+        tag = evaluator_resources(cfg, ray.cluster_resources())   # sycl_gpu / sycl_cpu, where advertised
+        if tag:
+            opts["resources"] = tag
     return [actor_cls.options(name=f"{run_name}-evaluator-{backend_name}-{i}", **opts)
             .remote(backend_name, cfg, f"{backend_name}-{i}") for i in range(count)]
