@@ -36,23 +36,6 @@ def _cmd_resume(args) -> int:
     return 0
 
 
-def _cmd_tasks(args) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
-    from kfray.tasks import builtin_names, load_task
-
-    t = Table(title="built-in tasks")
-    for c in ("task", "description", "shape configs", "seeds"):
-        t.add_column(c)
-    for name in builtin_names():
-        task = load_task(name)
-        t.add_row(name, task.description, ", ".join(task.shapes),
-                  ", ".join(f"{s.language}:{s.name}" for s in task.seeds))
-    Console().print(t)
-    return 0
-
-
 def _cmd_status(args) -> int:
     from kfray.report.status import show
 
@@ -109,8 +92,14 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("run_dir")
     rs.add_argument("--quiet", action="store_true", help="no progress bar")
     rs.set_defaults(fn=_cmd_resume)
-    t = sub.add_parser("tasks", help="list the tasks kfray can load")
-    t.set_defaults(fn=_cmd_tasks)
+    from kfray.sweep import add_sweep_args, add_tasks_args, cmd_sweep, cmd_tasks
+    t = sub.add_parser("tasks", help="list the tasks kfray can load (built-ins, a suite, a folder), with why any cannot load")
+    add_tasks_args(t)
+    t.set_defaults(fn=cmd_tasks)
+    w = sub.add_parser("sweep", help="search many tasks at once (suite, task folder, KernelBench level, "
+                                     "robust-kbench tasks); fast_p table")
+    add_sweep_args(w)
+    w.set_defaults(fn=cmd_sweep)
     s = sub.add_parser("status", help="progress of a running or finished search, from its database")
     s.add_argument("run_dir", nargs="?")
     s.add_argument("--watch", nargs="?", const="2", metavar="SECONDS",

@@ -51,6 +51,8 @@ class EvalConfig:
     flags: list = field(default_factory=list)  # extra compiler flags
     compile_workers: int = 4         # GPU backends: candidates compiling ahead while one is timed
     accelerator_type: str = ""       # cuda: only GPUs Ray tags accelerator_type:<this> (e.g. H200)
+    sycl_device: str = ""            # sycl: dpctl filter string (opencl:cpu, level_zero:gpu:0); "" = default
+    sycl_form: str = "jit"           # sycl: jit (kernels compiled at run time) | aot (icpx) | opencl (OpenCL C)
 
 
 @dataclass
@@ -90,6 +92,7 @@ class RunConfig:
 _CHOICES = {
     ("search", "topology"): ("ring", "full", "custom"),
     ("eval", "backend"): ("cpu", "cuda", "sycl"),
+    ("eval", "sycl_form"): ("jit", "aot", "opencl"),
     ("proposer", "kind"): ("offline", "llm"),
 }
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,8 +30,18 @@ from kfray.source import parse_params, source_hash
 from kfray.store import Store
 from kfray.tasks import load_task
 
-LANGUAGE = {"cpu": "cpp", "cuda": "cuda", "sycl": "sycl"}
-SUFFIX = {"cpp": ".cpp", "cuda": ".cu", "sycl": ".cpp", "opencl": ".cl"}
+LANGUAGE = {"cpu": "cpp", "cuda": "cuda", "sycl": "sycl_jit"}
+# The sycl backend's language follows eval.sycl_form: kernels compiled at run time, whole programs
+# built ahead of time by icpx, or OpenCL C.
+SYCL_FORM_LANGUAGE = {"jit": "sycl_jit", "aot": "sycl", "opencl": "opencl"}
+SUFFIX = {"cpp": ".cpp", "cuda": ".cu", "sycl": ".cpp", "sycl_jit": ".cpp", "opencl": ".cl"}
+
+
+def language_of(e) -> str:
+    """The candidate language of an EvalConfig's backend (and, for sycl, its source form)."""
+    if e.backend == "sycl":
+        return SYCL_FORM_LANGUAGE[getattr(e, "sycl_form", "jit") or "jit"]
+    return LANGUAGE[e.backend]
 
 
 @dataclass
@@ -49,6 +60,7 @@ class TaskState:
     evaluated: int = 0
     seed_pairs: list = field(default_factory=list)
     checkpoints: dict = field(default_factory=dict)   # island index -> latest state() from an ingest
+    known: dict = field(default_factory=dict)         # source hash -> (candidate, result) as dicts
 
 
 def default_run_dir() -> Path:
@@ -62,7 +74,7 @@ class Coordinator:
         self.resume = resume
         self.run_dir = Path(run_dir or cfg.run_dir or default_run_dir())
         self.progress = progress
-        self.language = LANGUAGE[cfg.eval.backend]
+        self.language = language_of(cfg.eval)
         self.tasks = {ref: load_task(ref) for ref in cfg.tasks}
         for ref, t in self.tasks.items():
             if not t.seeds_for(self.language) and cfg.proposer.kind == "offline":
@@ -215,6 +227,8 @@ class Coordinator:
                 self.store.add_candidates([(c, r, "seed")])
 
     def _account(self, st: TaskState, c: Candidate, r: EvalResult):
+        if c.source.strip():
+            st.known[source_hash(c.source, c.params)] = (c.to_dict(), r.to_dict())
         st.evaluated += 1
         if r.correct:
             st.correct += 1
@@ -260,24 +274,31 @@ class Coordinator:
                         self._recover_island(st, i)
                         busy.discard((st.ref, i))
                         continue
-                    fresh = []
+                    fresh, known = [], []
                     for d in proposed:
                         c = Candidate.from_dict(d)
                         st.proposals += 1
                         h = source_hash(c.source, c.params)
                         if c.source.strip() and h in st.seen:
-                            continue            # evaluated before: never again
+                            # Evaluated before (maybe by another island): never again. The island
+                            # still gets the known kernel and result, as it would get a migrant.
+                            if h in st.known:
+                                known.append(st.known[h])
+                            continue
                         st.seen.add(h)
                         fresh.append(c)
                     st.spent += len(fresh)
                     bar.advance(len(fresh))
-                    batches[(st.ref, i)] = {"pending": {c.id for c in fresh}, "done": []}
+                    if not fresh and not known:   # nothing new at all: ask again, no generation passes
+                        busy.discard((st.ref, i))
+                        continue
+                    batches[(st.ref, i)] = {"pending": {c.id for c in fresh}, "done": known}
                     for c in fresh:
                         owner[c.id] = (st.ref, i)
                         self.queue.submit(c)
-                    if not fresh:              # all seen before: ask again, no generation passes
+                    if not fresh:
+                        ingesting[st.islands[i].ingest.remote(known)] = (st, i, known)
                         del batches[(st.ref, i)]
-                        busy.discard((st.ref, i))
                 else:
                     st, i, pairs = ingesting.pop(ref)
                     busy.discard((st.ref, i))
@@ -286,7 +307,9 @@ class Coordinator:
                     except ray.exceptions.RayActorError:
                         self._recover_island(st, i, pairs)
                         continue
-                    self.store.set_outcomes([(r["candidate_id"], r["outcome"]) for r in info["records"]])
+                    mine = {c["id"] for c, _ in pairs if c["island"] == i}   # not known kernels of others
+                    self.store.set_outcomes([(r["candidate_id"], r["outcome"]) for r in info["records"]
+                                             if r["candidate_id"] in mine])
                     st.generations[i] = info["summary"]["generation"]
                     st.checkpoints[i] = info["state"]
                     self.store.save_islands([info["state"]])
@@ -344,7 +367,8 @@ class Coordinator:
             best_c, best_r = st.best if st.best else (None, None)
             ok = bool(best_r and best_r.tier == TIER_CORRECT)
             if ok:
-                (best_dir / f"{ref}{SUFFIX[self.language]}").write_text(
+                safe = re.sub(r"[^\w.@-]+", "_", ref).strip("_")     # refs may be paths
+                (best_dir / f"{safe}{SUFFIX[self.language]}").write_text(
                     f"// kfray best kernel for {ref}: speedup {best_r.speedup:.3f}x over the reference\n"
                     f"// params: {json.dumps(best_c.params)}\n" + best_c.source)
             per_task[ref] = {

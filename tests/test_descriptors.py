@@ -223,3 +223,41 @@ def test_level_names_and_directives():
         level_name("memory", 4)
     with pytest.raises(ValueError):
         level_name("latency", 0)
+
+
+SYCL_JIT_NAIVE = """
+extern "C" SYCL_EXT_ONEAPI_FUNCTION_PROPERTY((syclexp::nd_range_kernel<1>))
+void k(const float* x, float* y, float a, float b, int64_t n) {
+    const int64_t i = syclext::this_work_item::get_nd_item<1>().get_global_id(0);
+    if (i < n) y[i] = a * x[i] + b;
+}"""
+
+
+def test_sycl_jit_patterns():
+    # A run-time compiled kernel is an nd-range kernel by construction: that alone is not cooperation.
+    assert describe(SYCL_JIT_NAIVE, "sycl_jit") == (0, 0, 0)
+    ndr = "q.parallel_for(sycl::nd_range<1>(n, 256), [=](sycl::nd_item<1> it) { y[it.get_global_id(0)] = 0; });"
+    assert describe(ndr, "sycl")[2] == 1 and describe(ndr, "sycl_jit")[2] == 0
+    vec = SYCL_JIT_NAIVE.replace("y[i] = a * x[i] + b;",
+                                 "auto v = *reinterpret_cast<const sycl::vec<float, 4>*>(x + 4 * i);")
+    assert describe(vec, "sycl_jit")[0] == 1
+    block = SYCL_JIT_NAIVE.replace("y[i] =", "auto v = sg.block_load(x); y[i] =")
+    assert describe(block, "sycl_jit")[0] == 1
+    wg = SYCL_JIT_NAIVE.replace("y[i] =", "float s = sycl::reduce_over_group(it.get_group(), x[i], "
+                                          "sycl::plus<float>()); y[i] =")
+    assert describe(wg, "sycl_jit")[2] == 1
+    slm = SYCL_JIT_NAIVE.replace("if (i < n)", "static syclexp::work_group_static<float[256]> tile;\n"
+                                               "    sycl::group_barrier(g);\n    if (i < n)")
+    assert describe(slm, "sycl_jit")[0] == 2 and describe(slm, "sycl_jit")[2] == 1
+    shuffle = SYCL_JIT_NAIVE.replace("y[i] =", "float v = sycl::shift_group_left(it.get_sub_group(), x[i], 1); y[i] =")
+    assert describe(shuffle, "sycl_jit")[2] == 2
+    both = shuffle.replace("if (i < n)", "sycl::group_barrier(it.get_group());\n    if (i < n)")
+    assert describe(both, "sycl_jit")[2] == 3
+    hier = "q.submit([&](sycl::handler& h) { h.parallel_for_work_group(sycl::range<1>(8), [=](sycl::group<1> g) {"\
+           " g.parallel_for_work_item([&](sycl::h_item<1> it) {}); }); });"
+    assert describe(hier, "sycl")[2] == 3 and describe(hier, "sycl_jit")[2] == 3
+    jm = "joint_matrix<sycl::sub_group, float, use::accumulator, 8, 16> c; joint_matrix_mad(sg, c, a, b, c);"
+    assert describe(jm, "sycl_jit")[1] == 3
+    regtile = slm.replace("if (i < n)", "float acc[4][4];\n    if (i < n)")
+    assert describe(regtile, "sycl_jit")[0] == 3
+    assert "work_group_static" in step_directive("memory", 2, "sycl_jit")

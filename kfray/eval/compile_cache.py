@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 from pathlib import Path
 
 
@@ -40,7 +41,9 @@ class CompileCache:
     def temp_path(self, key: str, suffix: str) -> Path:
         p = self.path(key, suffix)
         p.parent.mkdir(parents=True, exist_ok=True)
-        return p.with_name(f".{key}.{os.getpid()}.tmp{suffix}")  # suffix last: compilers read it
+        # Unique per process and thread (a GPU evaluator compiles on several threads); suffix last:
+        # compilers read it.
+        return p.with_name(f".{key}.{os.getpid()}.{threading.get_ident()}.tmp{suffix}")
 
     def commit(self, tmp: Path, key: str, suffix: str) -> Path:
         final = self.path(key, suffix)

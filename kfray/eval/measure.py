@@ -23,24 +23,34 @@ MIN_COSINE = 0.99985
 _REF_TIMES: dict[tuple, float] = {}   # (task ref, shape) -> reference seconds, per worker lifetime
 
 
-def compare(name: str, got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> str | None:
+def _xp(a):
+    """The array module of `a`: cupy for device arrays (checks run where the data is), else numpy."""
+    if type(a).__module__.startswith("cupy"):
+        import cupy
+        return cupy
+    return np
+
+
+def compare(name: str, got, want, rtol: float, atol: float) -> str | None:
     """None when `got` matches `want`; otherwise a short reason for the prompt."""
-    if got.shape != want.shape:
-        return f"output {name} has shape {got.shape}, expected {want.shape}"
-    g = got.astype(np.float64).ravel()
-    w = want.astype(np.float64).ravel()
-    unwritten = int(np.isnan(g).sum() - np.isnan(w).sum())
+    if tuple(got.shape) != tuple(want.shape):
+        return f"output {name} has shape {tuple(got.shape)}, expected {tuple(want.shape)}"
+    xp = _xp(got)
+    g = got.astype(xp.float64).ravel()
+    w = xp.asarray(want).astype(xp.float64).ravel()
+    unwritten = int(xp.isnan(g).sum()) - int(xp.isnan(w).sum())
     if unwritten > 0:
         return f"output {name}: {unwritten} of {g.size} elements were never written (still NaN) or NaN"
-    close = np.abs(g - w) <= atol + rtol * np.abs(w)
+    close = xp.abs(g - w) <= atol + rtol * xp.abs(w)
     frac = float(close.mean()) if g.size else 1.0
-    denom = float(np.linalg.norm(g) * np.linalg.norm(w))
-    cos = float(g @ w / denom) if denom > 0 else (1.0 if np.allclose(g, w) else 0.0)
-    if frac < MIN_FRACTION_CLOSE or cos < MIN_COSINE or not np.isfinite(g).all():
-        bad = int(np.argmax(~close)) if not close.all() else 0
+    denom = float(xp.linalg.norm(g)) * float(xp.linalg.norm(w))
+    cos = float(g @ w) / denom if denom > 0 else (1.0 if bool(xp.allclose(g, w)) else 0.0)
+    finite = bool(xp.isfinite(g).all())
+    if frac < MIN_FRACTION_CLOSE or cos < MIN_COSINE or not finite:
+        bad = int(xp.argmax(~close)) if not bool(close.all()) else 0
         return (f"output {name}: {100 * (1 - frac):.2f}% of elements outside tolerance, cosine {cos:.6f}, "
-                f"max abs error {float(np.nanmax(np.abs(g - w))):.3g}; first bad index {bad}: "
-                f"got {g[bad]:.6g}, expected {w[bad]:.6g}")
+                f"max abs error {float(xp.nanmax(xp.abs(g - w))):.3g}; first bad index {bad}: "
+                f"got {float(g[bad]):.6g}, expected {float(w[bad]):.6g}")
     return None
 
 
@@ -52,21 +62,23 @@ def check_correctness(backend, fn: Callable, task, trials: int, rng: np.random.G
     out_names = [o.name for o in task.outputs]
     for shape in task.shapes:
         for trial in range(trials):
-            args = task.make_args(shape, rng)
+            args = backend.make_args(task, shape, rng)
             expected = backend.reference(task, args)
-            dev = backend.to_device(args)
+            dev = backend.to_device(args)        # the kernel's own copies: `args` stays pristine
             rc = fn(dev)
             backend.synchronize()
             if rc != 0:
                 return TIER_RUNTIME_ERROR, f"kf_forward returned {rc} on shape {shape}"
             for name in out_names:
-                why = compare(name, backend.to_host(dev[name]), backend.to_host(expected[name]),
-                              task.rtol, task.atol)
+                why = compare(name, dev[name], expected[name], task.rtol, task.atol)
                 if why:
                     tier = TIER_WRONG_SHAPE if "has shape" in why else TIER_WRONG_VALUES
                     return tier, f"shape {shape} (trial {trial + 1}): {why}"
             for inp in task.inputs:
-                if not np.array_equal(backend.to_host(dev[inp.name]), args[inp.name], equal_nan=True):
+                a, b = dev[inp.name], args[inp.name]
+                if _xp(a) is not _xp(b):
+                    a, b = backend.to_host(a), backend.to_host(b)
+                if not bool(_xp(a).array_equal(a, b, equal_nan=True)):
                     return TIER_WRONG_VALUES, f"shape {shape}: input {inp.name} was modified by the kernel"
     return TIER_CORRECT, ""
 
@@ -109,7 +121,7 @@ def run_job(backend, fn: Callable, task, job: dict) -> dict:
     cache_bytes = job.get("cache_bytes", 32 << 20)
     for shape in task.shapes:
         n_sets = _rotation(task, shape, cache_bytes)
-        sets = [backend.to_device(task.make_args(shape, rng)) for _ in range(n_sets)]
+        sets = [backend.to_device(backend.make_args(task, shape, rng)) for _ in range(n_sets)]
         ts = time_fn(backend, lambda i: fn(sets[i]), n_sets, job["warmup"], job["repeats"],
                      job["max_repeats"], job["min_time"])
         med = float(np.median(ts))

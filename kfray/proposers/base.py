@@ -42,6 +42,7 @@ class ProposalContext:
     island: int
     generation: int
     directives: list[str] = field(default_factory=list)  # short steering lines (QD gradient, tuner)
+    occupied: set = field(default_factory=set)          # cells the island's archive already holds
 
 
 class Proposer(ABC):

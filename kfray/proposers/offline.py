@@ -3,7 +3,8 @@
 Operators: mutate one or two template parameters, switch to another seed strategy (keeping the
 parameters whose names match), recombine the parameters of two parents, toggle the SIMD or
 thread-parallel pragmas of OpenMP loops, and contract multiply-adds into fma. Like a model asked
-for a target cell, it tries several edits and prefers one that lands in the target cell.
+for a target cell, it tries several edits and prefers one that lands in the target cell, or
+else in a cell the island has not filled yet.
 Meta-prompt hints raise the weight of the operators they name, so the co-evolved prompts steer
 this proposer too.
 """
@@ -100,9 +101,16 @@ class OfflineProposer(Proposer):
                 break
         if not options:
             options = [("mutate_params", src, _mutate_params(src, params, rng) or params)]
-        on_target = [o for o in options if ctx.target_cell is not None
-                     and describe(o[1], ctx.language) == tuple(ctx.target_cell)]
-        op, new_src, new_params = on_target[0] if on_target and rng.random() < 0.6 else options[0]
+        cells = [describe(o[1], ctx.language) for o in options]
+        on_target = [o for o, c in zip(options, cells) if ctx.target_cell is not None
+                     and c == tuple(ctx.target_cell)]
+        novel = [o for o, c in zip(options, cells) if c not in ctx.occupied]
+        if on_target and rng.random() < 0.6:
+            op, new_src, new_params = on_target[0]
+        elif novel and rng.random() < 0.5:        # a new cell is worth a try: quality *diversity*
+            op, new_src, new_params = novel[0]
+        else:
+            op, new_src, new_params = options[0]
         return Candidate(task=ctx.task.name, language=ctx.language, source=new_src, params=new_params,
                          island=ctx.island, parent_id=parent_id,
                          prompt_id=ctx.meta_prompt.id if ctx.meta_prompt else None,

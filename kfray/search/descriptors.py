@@ -70,17 +70,30 @@ CUDA = {
                     (3, _r(r"__cluster_dims__|cluster_group|this_cluster|this_grid|grid\.sync"))],
 }
 
-# SYCL
-_SLM = _r(r"local_accessor|group_local_memory|target::local\b")
-_SUBGROUP = _r(r"sub_group|shift_group_(?:left|right)|permute_group_by_xor|select_from_group")
+# SYCL (whole programs and run-time compiled free-function kernels)
+_SLM = _r(r"local_accessor|group_local_memory|target::local\b|work_group_static|work_group_memory"
+          r"|work_group_scratch_memory")
+_SUBGROUP = _r(r"sub_group|shift_group_(?:left|right)|permute_group_by_xor|select_from_group"
+               r"|reqd_sub_group_size")
+_SYCL_VEC = _r(r"\bvec\s*<|\bmarray\s*<|\bfloat[248]\b|\.load\s*\(|\bgroup_(?:load|store)\b"
+               r"|block_(?:load|store)|\.as\s*<\s*(?:sycl::)?vec")
+_SYCL_BARRIER = _r(r"group_barrier|\bbarrier\s*\(")
+_SYCL_WG = _r(r"group_barrier|\bbarrier\s*\(|reduce_over_group|group_broadcast|joint_reduce"
+              r"|(?:inclusive|exclusive)_scan_over_group|(?:any|all|none)_of_group|get_group\s*\(\s*\)")
+_SYCL_REGTILE = _r(r"^\s*(?:float|double|half|sycl::half)\s+\w+\s*\[[^\]\n]+\]\s*\[")
+_SYCL_HIER = _r(r"parallel_for_work_(?:group|item)|\broot_group\b")
 SYCL = {
-    "memory": [(1, _r(r"\bvec\s*<|\bmarray\s*<|\bfloat[248]\b|\.load\s*\(|\bgroup_load\b|block_load")),
-               (2, _SLM), (3, _r(r"\bprefetch\s*\(")), (3, (_SLM, _DBUF))],
+    "memory": [(1, _SYCL_VEC), (2, _SLM), (3, _r(r"\bprefetch\s*\(")), (3, (_SLM, _DBUF)),
+               (3, (_SLM, _SYCL_REGTILE))],
     "compute": [(1, _FMA), *[(2, p) for p in _ONLINE], (3, (_TSTEP, _SLM)), (3, _TWO_TSTEPS),
-                (3, _MMA)],
-    "parallelism": [(1, _r(r"\bnd_range\b|\bnd_item\b|group_barrier|\bbarrier\s*\(|reduce_over_group")),
-                    (2, _SUBGROUP), (3, _r(r"parallel_for_work_group")), (3, (_SUBGROUP, _SLM))],
+                (3, _MMA), (3, _r(r"joint_matrix_mad"))],
+    "parallelism": [(1, _r(r"\bnd_range\b|\bnd_item\b")), (1, _SYCL_WG), (1, _SLM), (2, _SUBGROUP),
+                    (3, _SYCL_HIER), (3, (_SUBGROUP, _SLM)), (3, (_SUBGROUP, _SYCL_BARRIER))],
 }
+# Run-time compiled kernels are nd-range kernels by construction (nd_range_kernel, get_nd_item),
+# so there only real cooperation counts as work-group parallelism.
+SYCL_JIT = {**SYCL, "parallelism": [(1, _SYCL_WG), (1, _SLM), (2, _SUBGROUP), (3, _SYCL_HIER),
+                                    (3, (_SUBGROUP, _SLM)), (3, (_SUBGROUP, _SYCL_BARRIER))]}
 
 # OpenCL C
 _CL_LOCAL = _r(r"\b__local\b|\blocal\s+(?:float|double|half|int|uint)\b")
@@ -94,7 +107,7 @@ OPENCL = {
     "parallelism": [(1, _CL_WG), (2, _CL_SUB), (3, (_CL_SUB, _CL_WG))],
 }
 
-TABLES = {"cpp": CPP, "cuda": CUDA, "sycl": SYCL, "opencl": OPENCL}
+TABLES = {"cpp": CPP, "cuda": CUDA, "sycl": SYCL, "sycl_jit": SYCL_JIT, "opencl": OPENCL}
 
 _COMMENT = re.compile(r"(\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*')|//[^\n]*|/\*[\s\S]*?\*/")
 
@@ -165,6 +178,18 @@ _STEPS = {  # language -> dim -> directives for levels 1..3
              "parallelism": ("use an nd_range kernel with work-group cooperation (group_barrier)",
                              "use sub-group operations (reduce_over_group on the sub_group, shift_group_left)",
                              "combine sub-group reductions with work-group local memory cooperation")},
+    "sycl_jit": {"memory": ("load and store sycl::vec<float, 4> through the USM pointers (reinterpret_cast)",
+                            "stage tiles in work-group local memory: static syclexp::work_group_static<float[N]>",
+                            "add register blocking (a private acc[RM][RN] tile) over local-memory tiles, and "
+                            "double-buffer or prefetch them"),
+                 "compute": ("fuse the passes and use sycl::fma",
+                             "make reductions single-pass (online max/sum with rescaling)",
+                             "use a tiled algorithm over local-memory tiles (k0 += TILE) or joint_matrix"),
+                 "parallelism": ("cooperate within the work-group: it.get_group() with sycl::group_barrier and "
+                                 "sycl::reduce_over_group",
+                                 "use sub-group collectives (reduce_over_group on it.get_sub_group(), "
+                                 "shift_group_left, select_from_group)",
+                                 "combine sub-group reductions with work-group local memory and group_barrier")},
     "opencl": {"memory": ("use vectorized vload4 / float4 accesses",
                           "stage tiles of the inputs in __local memory",
                           "add register blocking and prefetch or double-buffer the __local tiles"),

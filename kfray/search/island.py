@@ -54,7 +54,8 @@ class Island:
                 task=self.task, language=self.language, parent=parent,
                 inspirations=select_inspirations(self.archive, parent, self.cfg.inspirations, self.rng),
                 target_cell=target_cell(self.archive, parent, self.rng), meta_prompt=meta_prompt(),
-                device_facts=self.device_facts, island=self.index, generation=self.generation + 1)
+                device_facts=self.device_facts, island=self.index, generation=self.generation + 1,
+                occupied=set(self.archive.cells()))
             for _attempt in range(self.RETRIES):    # a child this island has seen teaches nothing
                 child = self.proposer.propose(ctx, self.rng)
                 key = source_hash(child.source, child.params)

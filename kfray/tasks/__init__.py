@@ -1,40 +1,196 @@
 """Tasks and their loaders. `load_task(ref)` turns a reference string into a Task.
 
-Reference forms: `axpb` or `builtin:axpb` (built-in); a suffix `@SET` picks one of the task's
-named shape sets instead of its default shapes, e.g. `axpb@gpu` (sizes that fill a GPU).
+Reference forms (a worker process reloads a task from its ref, so refs are paths, not objects):
+
+- `axpb` or `builtin:axpb`: built-in;
+- `package:PATH` or just `PATH` of a folder with a task.yaml: a task package (kfray/tasks/package.py);
+- `suite:NAME/OP`: a task package shipped in kfray/suites/NAME/OP (e.g. `suite:llama32-1b/rmsnorm`);
+- `kernelbench:FILE.py` or a path to such a file: a KernelBench problem;
+- `rkb:DIR` or a path to a folder with func_forward.py: a robust-kbench task; `rkb:DIR#backward` its backward.
+
+A suffix `@SET` picks one of the task's named shape sets instead of its default shapes, e.g.
+`axpb@gpu` (sizes that fill a GPU). `discover(path)` lists what a folder holds, with load errors.
 """
 from __future__ import annotations
 
 import dataclasses
+import os
 from functools import lru_cache
+from importlib import resources
+from pathlib import Path
 
-from kfray.errors import TaskError
+from kfray.errors import KfrayError, TaskError
 from kfray.tasks.base import Scalar, Seed, Task, Tensor
 from kfray.tasks.builtin import BUILTIN
 
-__all__ = ["Task", "Tensor", "Scalar", "Seed", "load_task", "builtin_names"]
+__all__ = ["Task", "Tensor", "Scalar", "Seed", "load_task", "builtin_names", "discover", "suite_names",
+           "suite_root"]
+
+KINDS = ("builtin", "package", "suite", "kernelbench", "rkb")
 
 
 def builtin_names() -> list[str]:
     return sorted(BUILTIN)
 
 
+def suite_root() -> Path:
+    return Path(str(resources.files("kfray") / "suites"))
+
+
+def suite_names() -> list[str]:
+    root = suite_root()
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(("_", "."))) \
+        if root.is_dir() else []
+
+
+def _split_set(ref: str) -> tuple[str, str]:
+    base, at, shape_set = ref.rpartition("@")
+    if not at or "/" in shape_set or os.sep in shape_set or not base:
+        return ref, ""
+    return base, shape_set
+
+
 @lru_cache(maxsize=64)
 def load_task(ref: str) -> Task:
-    base, _, shape_set = ref.partition("@")
+    base, shape_set = _split_set(ref)
     task = _load(base)
     if shape_set:
         if shape_set not in task.shape_sets:
             raise TaskError(f"task {base!r} has no shape set {shape_set!r} "
                             f"(it has: {', '.join(task.shape_sets) or 'none'})")
         task = dataclasses.replace(task, shapes=task.shape_sets[shape_set])
-    return dataclasses.replace(task, ref=ref, name=ref)
+    kind = _kind(base)[0]
+    return dataclasses.replace(task, ref=ref, name=ref if kind == "builtin" else task.name)
+
+
+def _kind(ref: str) -> tuple[str, str]:
+    """(loader kind, rest) of a ref; a bare existing path is recognised by what it holds."""
+    head, colon, rest = ref.partition(":")
+    if colon and head in KINDS:
+        return head, rest
+    if colon and head in ("kb", "robust-kbench"):
+        return ("kernelbench" if head == "kb" else "rkb"), rest
+    p = Path(ref)
+    if p.is_dir() or p.is_file():
+        if p.is_file():
+            return ("package" if p.name in ("task.yaml", "task.yml") else "kernelbench"), ref
+        if (p / "task.yaml").is_file() or (p / "task.yml").is_file():
+            return "package", ref
+        if (p / "func_forward.py").is_file():
+            return "rkb", ref
+        return "dir", ref
+    if colon:
+        return head, rest
+    return "builtin", ref
 
 
 def _load(ref: str) -> Task:
-    kind, _, name = ref.partition(":") if ":" in ref else ("builtin", "", ref)
+    kind, rest = _kind(ref)
     if kind == "builtin":
-        if name not in BUILTIN:
-            raise TaskError(f"no built-in task named {name!r}; built-in tasks are: {', '.join(builtin_names())}")
-        return BUILTIN[name]()
-    raise TaskError(f"task reference {ref!r}: unknown loader {kind!r} (known: builtin)")
+        if rest not in BUILTIN:
+            hint = f"; or a path to a task folder or file ({rest} does not exist)" if ("/" in rest or
+                                                                                      os.sep in rest) else ""
+            raise TaskError(f"no built-in task named {rest!r}; built-in tasks are: {', '.join(builtin_names())}{hint}")
+        return BUILTIN[rest]()
+    if kind in ("package", "suite"):
+        from kfray.tasks.package import load_package
+
+        path = suite_root() / rest if kind == "suite" else Path(rest)
+        if kind == "suite" and not path.is_dir():
+            raise TaskError(f"no suite task {rest!r} (suites: {', '.join(suite_names()) or 'none'}; "
+                            f"`kfray tasks SUITE` lists a suite's tasks)")
+        return load_package(path)
+    if kind == "kernelbench":
+        from kfray.tasks.kernelbench import load_kernelbench
+
+        return load_kernelbench(rest)
+    if kind == "rkb":
+        from kfray.tasks.robust_kbench import load_rkb
+
+        path, _, variant = rest.partition("#")
+        if variant not in ("", "forward", "backward"):
+            raise TaskError(f"task reference {ref!r}: unknown variant #{variant} (known: #forward, #backward)")
+        return load_rkb(path, backward=variant == "backward")
+    if kind == "dir":
+        raise TaskError(f"{rest}: a folder, but not a task (no task.yaml, no func_forward.py); "
+                        f"`kfray tasks {rest}` lists the tasks inside it")
+    raise TaskError(f"task reference {ref!r}: unknown loader {kind!r} (known: {', '.join(KINDS)})")
+
+
+# --- listing ---------------------------------------------------------------------------------------
+def _refs_in(p: Path, depth: int) -> list[str]:
+    from kfray.tasks.kernelbench import is_problem_file
+    from kfray.tasks.package import is_package
+    from kfray.tasks.robust_kbench import is_rkb_dir
+
+    if p.is_file():
+        if p.name in ("task.yaml", "task.yml"):
+            return [f"package:{p.parent}"]
+        return [f"kernelbench:{p}"] if p.suffix == ".py" else []
+    if is_package(p):
+        return [f"package:{p}"]
+    if is_rkb_dir(p):
+        out = [f"rkb:{p}"]
+        if (p / "func_backward.py").is_file() or (p / "config_backward.json").is_file():
+            out.append(f"rkb:{p}#backward")
+        return out
+    out: list[str] = []
+    try:
+        children = sorted(p.iterdir(), key=lambda c: (_natural(c.name)))
+    except OSError:
+        return out
+    pys = [c for c in children if c.is_file() and c.suffix == ".py" and not c.name.startswith("_")]
+    if any(is_problem_file(c) for c in pys):      # a KernelBench level folder: list every file, loadable or not
+        out += [f"kernelbench:{c}" for c in pys]
+    if depth > 0:
+        for c in children:
+            if c.is_dir() and not c.name.startswith((".", "_")) and c.name != "node_modules":
+                out += _refs_in(c, depth - 1)
+    return out
+
+
+def _natural(name: str):
+    import re
+
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
+def resolve(spec: str | None, level: int | None = None) -> list[str]:
+    """Task refs for a suite name, a folder (package, robust-kbench tasks, KernelBench levels), a
+    file, or None (the built-ins). `level` picks KernelBench's levelN folder under `spec`."""
+    if spec is None:
+        return [f"builtin:{n}" for n in builtin_names()]
+    p = Path(spec)
+    if not p.exists() and spec in suite_names():
+        root = suite_root() / spec
+        return [f"suite:{spec}/{c.name}" for c in sorted(root.iterdir(), key=lambda c: _natural(c.name))
+                if (c / "task.yaml").is_file()]
+    if not p.exists():
+        if spec.partition(":")[0] in KINDS or spec in BUILTIN:
+            return [spec]
+        raise TaskError(f"{spec}: no such folder, file or suite (suites: {', '.join(suite_names()) or 'none'})")
+    p = p.resolve()
+    if level is not None:
+        for cand in (p / f"level{level}", p / "KernelBench" / f"level{level}"):
+            if cand.is_dir():
+                p = cand
+                break
+        else:
+            if p.name != f"level{level}":
+                raise TaskError(f"{spec}: no level{level} folder in it (nor in {spec}/KernelBench)")
+    return _refs_in(p, depth=3)
+
+
+def discover(path: str | None = None, level: int | None = None) -> list[tuple[str, str | None]]:
+    """Every task a folder (or suite name, or None: the built-ins) holds, as (ref, None) when it
+    loads and (ref, why not) when it does not."""
+    out = []
+    for ref in resolve(path, level):
+        try:
+            load_task(ref)
+            out.append((ref, None))
+        except KfrayError as e:
+            out.append((ref, str(e)))
+        except Exception as e:     # a user's file that breaks in a way we did not foresee
+            out.append((ref, f"{type(e).__name__}: {e}"))
+    return out

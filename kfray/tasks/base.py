@@ -107,21 +107,26 @@ class Task:
             parts.append("sycl::queue* queue")
         return f'extern "C" int kf_forward({", ".join(parts)})'
 
-    def make_args(self, shape: str, rng: np.random.Generator) -> dict[str, Any]:
-        """Fresh random inputs, NaN-poisoned outputs, scalar values, for one shape config."""
+    def make_args(self, shape: str, rng: np.random.Generator, xp=np) -> dict[str, Any]:
+        """Fresh random inputs, NaN-poisoned outputs, scalar values, for one shape config.
+
+        `xp` is the array module: numpy, or cupy to draw the inputs on the GPU (large shapes)."""
         cfg = self.shapes[shape]
+        gen = rng if xp is np else xp.random.RandomState(int(rng.integers(2 ** 63)))
         out: dict[str, Any] = {}
         for a in self.args:
             if isinstance(a, Tensor):
                 dims = a.dims(cfg)
                 dt = NP_TYPES[a.dtype]
                 if a.role == "out":
-                    out[a.name] = np.full(dims, np.nan, dtype=dt) if dt in (np.float32, np.float64) \
-                        else np.full(dims, -1, dtype=dt)
+                    out[a.name] = xp.full(dims, np.nan if np.issubdtype(dt, np.floating) else -1, dtype=dt)
                 elif np.issubdtype(dt, np.floating):
-                    out[a.name] = (rng.standard_normal(dims) * self.input_scale).astype(dt)
-                else:
+                    x = gen.standard_normal(dims, dtype=dt) if xp is not np else rng.standard_normal(dims).astype(dt)
+                    out[a.name] = x * dt(self.input_scale) if self.input_scale != 1.0 else x
+                elif xp is np:
                     out[a.name] = rng.integers(0, 100, size=dims, dtype=dt)
+                else:
+                    out[a.name] = gen.randint(0, 100, size=dims, dtype=dt)
             else:
                 if a.value is None:
                     v = float(rng.uniform(0.5, 2.0)) * (1 if rng.random() < 0.5 else -1)

@@ -8,12 +8,14 @@ import numpy as np
 from kfray.tasks.base import Scalar, Seed, Task, Tensor
 
 _SEED_ORDER = {  # the first strategy of each task is its baseline (the simplest kernel)
-    "axpb": ["naive", "omp", "simd"],
-    "softmax": ["naive", "omp_simd", "online"],
-    "matmul": ["naive", "ikj_omp", "tiled"],
+    "axpb": ["naive", "omp", "simd", "vec", "stride"],
+    "softmax": ["naive", "omp_simd", "online", "group"],
+    "matmul": ["naive", "ikj_omp", "tiled", "regblock"],
 }
-_LANG_DIR = {"cpp": "cpu", "cuda": "cuda", "sycl": "sycl", "opencl": "opencl"}
-_SUFFIX = {"cpp": ".cpp", "cuda": ".cu", "sycl": ".cpp", "opencl": ".cl"}
+# sycl_jit: SYCL C++ kernels compiled at run time (seeds/sycl); sycl: whole SYCL programs built
+# ahead of time by icpx (seeds/sycl/aot); opencl: OpenCL C kernels (seeds/opencl).
+_LANG_DIR = {"cpp": "cpu", "cuda": "cuda", "sycl_jit": "sycl", "sycl": "sycl/aot", "opencl": "opencl"}
+_SUFFIX = {"cpp": ".cpp", "cuda": ".cu", "sycl_jit": ".cpp", "sycl": ".cpp", "opencl": ".cl"}
 
 
 def load_seeds(task: str) -> list[Seed]:

@@ -52,6 +52,10 @@ class Backend(ABC):
     def load(self, artifact: str, task) -> Callable[[dict[str, Any]], int]:
         """Return fn(device_args) -> return code of kf_forward."""
 
+    def make_args(self, task, shape: str, rng) -> dict[str, Any]:
+        """Fresh inputs for one shape config, where this backend is fastest to make them."""
+        return task.make_args(shape, rng)
+
     def to_device(self, args: dict[str, Any]) -> dict[str, Any]:
         return args
 

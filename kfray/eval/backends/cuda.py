@@ -22,6 +22,7 @@ import re
 import shutil
 import signal
 import subprocess
+import threading
 import sys
 import time
 from functools import lru_cache
@@ -467,7 +468,7 @@ class CudaBackend(Backend):
         path = self.cache.root / "harness" / f"kf_harness_{digest}.h"
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # threads compile at once
             tmp.write_text(HARNESS_HEADER)
             os.replace(tmp, path)
         return path
@@ -671,10 +672,23 @@ class CudaBackend(Backend):
                                after_zero=True)
         return 0
 
+    def make_args(self, task, shape: str, rng) -> dict[str, Any]:
+        """Inputs drawn on the GPU (host numpy is far too slow for GPU-sized tensors), unless the
+        task makes its own inputs (torch-based tasks), which are then uploaded."""
+        from kfray.tasks.base import Task
+        if type(task).make_args is Task.make_args:
+            cp = self._ensure_open()
+            self.stream.use()
+            args = task.make_args(shape, rng, xp=cp)
+            self.stream.synchronize()
+            return args
+        return task.make_args(shape, rng)
+
     def to_device(self, args: dict[str, Any]) -> dict[str, Any]:
         cp = self._ensure_open()
         self.stream.use()
-        out = {k: (cp.array(v, copy=True) if isinstance(v, np.ndarray) else v) for k, v in args.items()}
+        out = {k: (cp.array(v, copy=True) if isinstance(v, (np.ndarray, cp.ndarray)) else v)
+               for k, v in args.items()}
         self.stream.synchronize()
         cp.cuda.runtime.deviceSynchronize()   # uploads are complete whatever stream they took
         return out

@@ -1,0 +1,304 @@
+"""Sweeps: one search over many tasks at once (a suite, a folder of task packages, a KernelBench
+level, robust-kbench tasks) with one shared evaluator pool and one shared budget, then the table
+the field reports: per task correct / best speedup, and for the suite fast_p and the geometric-mean
+speedup of the correct kernels, written as CSV and Markdown into the run folder.
+
+    python -m kfray.sweep llama32-1b --set proposer.kind=llm
+    python -m kfray.sweep path/to/KernelBench --level 1 --tasks 1_,19_ --budget-total 400
+    python -m kfray.sweep tests/data/packages
+
+`cmd_sweep` / `cmd_tasks` are the bodies of `kfray sweep` / `kfray tasks`.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any, Iterable
+
+from kfray.errors import KfrayError
+
+PS = (0.0, 1.0, 1.5, 2.0)
+
+
+# --- the numbers -------------------------------------------------------------------------------
+def fast_p(results: Iterable[dict], ps: Iterable[float] = PS) -> dict[float, float]:
+    """Fraction of tasks whose best kernel is correct AND faster than the reference by more than p
+    (KernelBench's fast_p; p = 0 is the fraction correct). `results`: dicts with `correct` (bool)
+    and `speedup` (best speedup over the reference). Every result counts in the denominator."""
+    rows = list(results)
+    out = {}
+    for p in ps:
+        if not rows:
+            out[float(p)] = 0.0
+            continue
+        hits = sum(1 for r in rows if r.get("correct") and (p <= 0 or float(r.get("speedup") or 0.0) > p))
+        out[float(p)] = hits / len(rows)
+    return out
+
+
+def geomean_speedup(results: Iterable[dict]) -> float:
+    """Geometric mean of the speedups of the correct kernels (0 when none is correct)."""
+    sp = [float(r["speedup"]) for r in results if r.get("correct") and float(r.get("speedup") or 0) > 0]
+    return math.exp(sum(math.log(s) for s in sp) / len(sp)) if sp else 0.0
+
+
+def task_rows(summary: dict, skipped: dict[str, str] | None = None) -> list[dict]:
+    """One row per task from a run summary (kfray.run), plus tasks that could not run."""
+    rows = []
+    for ref, s in summary.get("tasks", {}).items():
+        rows.append({
+            "task": ref, "status": "ok" if s.get("correct") else "no correct kernel",
+            "correct": bool(s.get("correct")),
+            "speedup": float(s.get("best_speedup_vs_reference") or 0.0),
+            "speedup_compile": s.get("best_speedup_vs_compile"),
+            "speedup_vs_seed": float(s.get("best_speedup_vs_seed") or 0.0),
+            "evaluated": int(s.get("evaluated", 0)), "correct_count": int(s.get("correct_count", 0)),
+            "best_candidate": s.get("best_candidate") or "",
+        })
+    for ref, why in (skipped or {}).items():
+        rows.append({"task": ref, "status": f"skipped: {why}", "correct": False, "speedup": 0.0,
+                     "speedup_compile": None, "speedup_vs_seed": 0.0, "evaluated": 0, "correct_count": 0,
+                     "best_candidate": ""})
+    return rows
+
+
+def suite_summary(rows: list[dict], ps: Iterable[float] = PS) -> dict[str, Any]:
+    fp = fast_p(rows, ps)
+    out = {"tasks": len(rows), "correct": sum(1 for r in rows if r["correct"]),
+           "fast_p": {f"{p:g}": v for p, v in fp.items()}, "geomean_speedup": geomean_speedup(rows)}
+    if any(r.get("speedup_compile") is not None for r in rows):
+        comp = [{"correct": r["correct"], "speedup": r.get("speedup_compile") or 0.0} for r in rows]
+        out["fast_p_compile"] = {f"{p:g}": v for p, v in fast_p(comp, ps).items()}
+        out["geomean_speedup_compile"] = geomean_speedup(comp)
+    return out
+
+
+# --- writers -----------------------------------------------------------------------------------
+def _columns(rows: list[dict]) -> list[str]:
+    cols = ["task", "status", "correct", "speedup"]
+    if any(r.get("speedup_compile") is not None for r in rows):
+        cols.append("speedup_compile")
+    return cols + ["speedup_vs_seed", "evaluated", "correct_count", "best_candidate"]
+
+
+def write_csv(rows: list[dict], suite: dict, run_dir: Path) -> tuple[Path, Path]:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cols = _columns(rows)
+    tpath = run_dir / "sweep_tasks.csv"
+    with tpath.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: (f"{r[k]:.4f}" if isinstance(r.get(k), float) else r.get(k)) for k in cols})
+    spath = run_dir / "sweep_fast_p.csv"
+    with spath.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["metric", "baseline", "value"])
+        for p, v in suite["fast_p"].items():
+            w.writerow([f"fast_{p}", "eager", f"{v:.4f}"])
+        for p, v in suite.get("fast_p_compile", {}).items():
+            w.writerow([f"fast_{p}", "torch.compile", f"{v:.4f}"])
+        w.writerow(["geomean_speedup_correct", "eager", f"{suite['geomean_speedup']:.4f}"])
+        if "geomean_speedup_compile" in suite:
+            w.writerow(["geomean_speedup_correct", "torch.compile", f"{suite['geomean_speedup_compile']:.4f}"])
+    return tpath, spath
+
+
+def markdown(rows: list[dict], suite: dict, title: str = "kfray sweep") -> str:
+    cols = _columns(rows)
+    head = {"task": "task", "status": "status", "correct": "correct", "speedup": "speedup vs reference (eager)",
+            "speedup_compile": "speedup vs torch.compile", "speedup_vs_seed": "speedup vs seed",
+            "evaluated": "evaluated", "correct_count": "correct candidates", "best_candidate": "best candidate"}
+
+    def cell(r, k):
+        v = r.get(k)
+        if k in ("speedup", "speedup_compile", "speedup_vs_seed"):
+            return f"{v:.2f}x" if r["correct"] and v else "-"
+        if k == "correct":
+            return "yes" if v else "no"
+        return str(v if v is not None else "").replace("|", "\\|")
+
+    lines = [f"# {title}", "", "| " + " | ".join(head[c] for c in cols) + " |",
+             "|" + "|".join("---" if c in ("task", "status", "best_candidate") else "---:" for c in cols) + "|"]
+    lines += ["| " + " | ".join(cell(r, c) for c in cols) + " |" for r in rows]
+    lines += ["", f"Suite: {suite['tasks']} tasks, {suite['correct']} correct.", "",
+              "| metric | vs eager |" + (" vs torch.compile |" if "fast_p_compile" in suite else ""),
+              "|---|---:|" + ("---:|" if "fast_p_compile" in suite else "")]
+    for p, v in suite["fast_p"].items():
+        comp = f" {suite['fast_p_compile'][p]:.3f} |" if "fast_p_compile" in suite else ""
+        lines.append(f"| fast_{p} | {v:.3f} |{comp}")
+    comp = f" {suite['geomean_speedup_compile']:.3f}x |" if "geomean_speedup_compile" in suite else ""
+    lines.append(f"| geomean speedup (correct) | {suite['geomean_speedup']:.3f}x |{comp}")
+    return "\n".join(lines) + "\n"
+
+
+def write_results(rows: list[dict], suite: dict, run_dir: Path, title: str = "kfray sweep") -> dict[str, str]:
+    run_dir = Path(run_dir)
+    tpath, spath = write_csv(rows, suite, run_dir)
+    md = run_dir / "sweep.md"
+    md.write_text(markdown(rows, suite, title))
+    js = run_dir / "sweep.json"
+    js.write_text(json.dumps({"tasks": rows, "suite": suite}, indent=2))
+    return {"tasks_csv": str(tpath), "fast_p_csv": str(spath), "markdown": str(md), "json": str(js)}
+
+
+# --- running -----------------------------------------------------------------------------------
+def select(refs: list[str], wanted: str | None) -> list[str]:
+    """Keep refs whose last path component (or name) starts with or equals one of the comma list."""
+    if not wanted:
+        return refs
+    keys = [w.strip() for w in wanted.split(",") if w.strip()]
+
+    def base(ref: str) -> str:
+        tail = ref.split(":", 1)[-1].rstrip("/")
+        return Path(tail.split("#")[0]).stem if "/" in tail or "." in tail else tail
+
+    out = [r for r in refs if any(base(r) == k or base(r).startswith(k) or r == k for k in keys)]
+    if not out:
+        raise KfrayError(f"--tasks {wanted}: matches none of the {len(refs)} tasks "
+                         f"(e.g. {', '.join(base(r) for r in refs[:5])})")
+    return out
+
+
+def plan(spec: str | None, level: int | None, wanted: str | None, language: str, offline: bool):
+    """(runnable refs, {ref: why skipped}) for a sweep."""
+    from kfray.tasks import discover, load_task
+
+    found = discover(spec, level)
+    found = [(r, e) for r, e in found if r in select([x for x, _ in found], wanted)]
+    runnable, skipped = [], {}
+    for ref, err in found:
+        if err:
+            skipped[ref] = err
+            continue
+        t = load_task(ref)
+        if offline and not t.seeds_for(language):
+            skipped[ref] = f"no {language} seed kernel, and the offline proposer needs one (use proposer.kind=llm)"
+            continue
+        runnable.append(ref)
+    return runnable, skipped
+
+
+def _prepare_best_dir(run_dir: Path, refs: list[str], suffix: str):
+    """The coordinator writes best/<ref><suffix>; refs with slashes need their folders to exist."""
+    for ref in refs:
+        (run_dir / "best" / f"{ref}{suffix}").parent.mkdir(parents=True, exist_ok=True)
+
+
+def run_sweep(cfg, refs: list[str], run_dir: str | Path | None = None, skipped: dict[str, str] | None = None,
+              progress: bool = True, budget_total: int = 0, title: str = "kfray sweep") -> dict[str, Any]:
+    """One search over every ref with the config's evaluator pool; the budget is per task
+    (search.budget) or, given budget_total, split evenly. Returns the run summary plus `sweep`."""
+    from kfray.run import LANGUAGE, SUFFIX, Coordinator, default_run_dir
+
+    if not refs:
+        raise KfrayError("nothing to sweep: no task could be loaded"
+                         + ("".join(f"\n  {r}: {w}" for r, w in (skipped or {}).items())))
+    cfg.tasks = list(refs)
+    if budget_total:
+        per = budget_total // len(refs)
+        if per < 1:
+            raise KfrayError(f"--budget-total {budget_total} is less than one evaluation per task ({len(refs)} tasks)")
+        cfg.search.budget = per
+    run_dir = Path(run_dir or cfg.run_dir or default_run_dir())
+    _prepare_best_dir(run_dir, refs, SUFFIX[LANGUAGE[cfg.eval.backend]])
+    summary = Coordinator(cfg, run_dir, progress).run()
+    rows = task_rows(summary, skipped)
+    suite = suite_summary(rows)
+    files = write_results(rows, suite, run_dir, title)
+    summary["sweep"] = {"rows": rows, "suite": suite, "files": files}
+    return summary
+
+
+# --- commands ----------------------------------------------------------------------------------
+def add_sweep_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p.add_argument("suite", help="suite name (e.g. llama32-1b), a folder of tasks, a KernelBench repo or level "
+                                 "folder, a robust-kbench tasks folder, or a task")
+    p.add_argument("--level", type=int, help="KernelBench level: use SUITE/levelN (or SUITE/KernelBench/levelN)")
+    p.add_argument("--tasks", help="comma list of task names (or name prefixes) to keep")
+    p.add_argument("--config", help="YAML config (see configs/)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key")
+    p.add_argument("--budget-total", type=int, default=0, help="evaluations for the whole sweep, split over tasks "
+                                                              "(default: search.budget per task)")
+    p.add_argument("--run-dir", help="output folder (default runs/<timestamp>)")
+    p.add_argument("--address", help="Ray cluster address (auto, ray://host:port); default: start locally")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p
+
+
+def add_tasks_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p.add_argument("path", nargs="?", help="suite name, folder or file (default: the built-in tasks)")
+    p.add_argument("--level", type=int, help="KernelBench level folder under PATH")
+    return p
+
+
+def cmd_sweep(args) -> int:
+    from kfray.config import load_config
+    from kfray.report import print_summary
+    from kfray.run import LANGUAGE
+
+    cfg = load_config(args.config, args.set or [])
+    if args.address:
+        cfg.address = args.address
+    language = LANGUAGE[cfg.eval.backend]
+    refs, skipped = plan(args.suite, args.level, args.tasks, language, cfg.proposer.kind == "offline")
+    for ref, why in skipped.items():
+        print(f"kfray: skipping {ref}: {why}", file=sys.stderr)
+    summary = run_sweep(cfg, refs, args.run_dir, skipped, progress=not args.quiet,
+                        budget_total=args.budget_total, title=f"kfray sweep: {args.suite}")
+    print_summary(summary)
+    sw = summary["sweep"]
+    print(markdown(sw["rows"], sw["suite"], f"kfray sweep: {args.suite}"))
+    print(f"run folder: {summary['run_dir']} (sweep.md, sweep_tasks.csv, sweep_fast_p.csv, summary.json)")
+    return 0
+
+
+def cmd_tasks(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from kfray.tasks import discover, load_task, suite_names
+
+    path, level = getattr(args, "path", None), getattr(args, "level", None)
+    found = discover(path, level)
+    t = Table(title=f"tasks in {path}" if path else "built-in tasks", show_lines=False)
+    for c in ("task", "status", "shape configs", "seeds"):
+        t.add_column(c, overflow="fold")
+    bad = 0
+    for ref, err in found:
+        if err:
+            bad += 1
+            t.add_row(ref, f"[red]cannot load[/red]: {err}", "", "")
+            continue
+        task = load_task(ref)
+        shapes = ", ".join(task.shapes)
+        if len(shapes) > 80:
+            shapes = f"{len(task.shapes)} configs: {shapes[:70]}..."
+        t.add_row(ref.split(":", 1)[1] if ref.startswith("builtin:") else ref,
+                  "ok: " + task.description.splitlines()[0][:90], shapes,
+                  ", ".join(f"{s.language}:{s.name}" for s in task.seeds) or "-")
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    console.print(t)
+    print(f"{len(found) - bad} of {len(found)} tasks load" + (f"; {bad} cannot (reasons above)" if bad else ""))
+    if path is None and suite_names():
+        print(f"suites shipped with kfray: {', '.join(suite_names())} (kfray tasks SUITE lists one)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m kfray.sweep", description=__doc__.splitlines()[0])
+    add_sweep_args(p)
+    args = p.parse_args(argv)
+    try:
+        return cmd_sweep(args)
+    except KfrayError as e:
+        print(f"kfray: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

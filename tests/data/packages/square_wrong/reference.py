@@ -1,0 +1,3 @@
+def reference(args):
+    x = args["x"]
+    return {"y": x * x}

@@ -1,0 +1,2 @@
+def reference(args):
+    return {"y": args["alpha"] * args["x"]}
