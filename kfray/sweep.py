@@ -183,17 +183,11 @@ def plan(spec: str | None, level: int | None, wanted: str | None, language: str,
     return runnable, skipped
 
 
-def _prepare_best_dir(run_dir: Path, refs: list[str], suffix: str):
-    """The coordinator writes best/<ref><suffix>; refs with slashes need their folders to exist."""
-    for ref in refs:
-        (run_dir / "best" / f"{ref}{suffix}").parent.mkdir(parents=True, exist_ok=True)
-
-
 def run_sweep(cfg, refs: list[str], run_dir: str | Path | None = None, skipped: dict[str, str] | None = None,
               progress: bool = True, budget_total: int = 0, title: str = "kfray sweep") -> dict[str, Any]:
     """One search over every ref with the config's evaluator pool; the budget is per task
     (search.budget) or, given budget_total, split evenly. Returns the run summary plus `sweep`."""
-    from kfray.run import LANGUAGE, SUFFIX, Coordinator, default_run_dir
+    from kfray.run import Coordinator, default_run_dir
 
     if not refs:
         raise KfrayError("nothing to sweep: no task could be loaded"
@@ -205,7 +199,6 @@ def run_sweep(cfg, refs: list[str], run_dir: str | Path | None = None, skipped: 
             raise KfrayError(f"--budget-total {budget_total} is less than one evaluation per task ({len(refs)} tasks)")
         cfg.search.budget = per
     run_dir = Path(run_dir or cfg.run_dir or default_run_dir())
-    _prepare_best_dir(run_dir, refs, SUFFIX[LANGUAGE[cfg.eval.backend]])
     summary = Coordinator(cfg, run_dir, progress).run()
     rows = task_rows(summary, skipped)
     suite = suite_summary(rows)
@@ -239,12 +232,12 @@ def add_tasks_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
 def cmd_sweep(args) -> int:
     from kfray.config import load_config
     from kfray.report import print_summary
-    from kfray.run import LANGUAGE
+    from kfray.run import language_of
 
     cfg = load_config(args.config, args.set or [])
     if args.address:
         cfg.address = args.address
-    language = LANGUAGE[cfg.eval.backend]
+    language = language_of(cfg.eval)
     refs, skipped = plan(args.suite, args.level, args.tasks, language, cfg.proposer.kind == "offline")
     for ref, why in skipped.items():
         print(f"kfray: skipping {ref}: {why}", file=sys.stderr)

@@ -75,14 +75,18 @@ def user_message(ctx: ProposalContext) -> str:
         body += "\n\n" + task.instructions.strip()
     parts.append(_section("Task", body))
 
-    contract = (
+    if lang in ("sycl_jit", "opencl"):    # run-time compiled kernels: no host code, launches declared
+        from kfray.eval.backends.sycl import kernel_contract
+        parts.append(_section("Kernel contract", kernel_contract(task, lang)))
+    contract = None if lang in ("sycl_jit", "opencl") else (
         f"Language: {_LANG_NAME.get(lang, lang)}. Export exactly this entry point and return 0 on success:\n"
         f"```{fence_tag(lang)}\n{task.signature(lang)}\n```\n"
         + ("Host code may launch any number of kernels. " if lang in ("cuda", "sycl") else "")
         + "Tunables may be declared as "
         "`// @kf.param NAME in [v1, v2, ...]` with constraints `// @kf.require expr`; each setting is "
         "compiled with `-DNAME=value`, so use the macro names in the code rather than hard-coded values.")
-    parts.append(_section("Kernel contract", contract))
+    if contract:
+        parts.append(_section("Kernel contract", contract))
 
     shapes = "\n".join(f"- {name}: " + ", ".join(f"{k}={v}" for k, v in cfg.items())
                        for name, cfg in task.shapes.items())

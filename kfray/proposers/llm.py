@@ -38,8 +38,10 @@ def fenced_blocks(text: str) -> list[tuple[str, str]]:
 def extract_code(text: str, language: str) -> str | None:
     """The kernel source in a model's answer: the largest code block that holds the entry point.
 
-    For OpenCL the entry point is any `__kernel`; otherwise `kf_forward`. None when no block fits."""
-    marker = re.compile(r"__kernel\b|\bkernel\s+void\b") if language == "opencl" else re.compile(r"\bkf_forward\b")
+    For OpenCL the entry point is any `__kernel`, for run-time SYCL a `@kf.launch` declaration,
+    otherwise `kf_forward`. None when no block fits."""
+    marker = re.compile({"opencl": r"__kernel\b|\bkernel\s+void\b", "sycl_jit": r"@kf\.launch\b"}
+                        .get(language, r"\bkf_forward\b"))
     usable = [body for tag, body in fenced_blocks(text) if tag in _CODE_TAGS and marker.search(body)]
     if not usable:
         return None
@@ -131,7 +133,7 @@ class LLMProposer(Proposer):
             text = self.complete(build_messages(ctx))
             code = extract_code(text, ctx.language)
             if code is None:
-                entry = "__kernel" if ctx.language == "opencl" else "kf_forward"
+                entry = {"opencl": "__kernel", "sycl_jit": "@kf.launch"}.get(ctx.language, "kf_forward")
                 what = (f"no code block with {entry} in the model's answer" if fenced_blocks(text)
                         else "no code block in the model's answer")
                 cand.no_code_reason = f"{what}: {text.strip()[:200] or '<empty answer>'}"
