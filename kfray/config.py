@@ -51,6 +51,10 @@ class EvalConfig:
     flags: list = field(default_factory=list)  # extra compiler flags
     compile_workers: int = 4         # GPU backends: candidates compiling ahead while one is timed
     accelerator_type: str = ""       # cuda: only GPUs Ray tags accelerator_type:<this> (e.g. H200)
+    simulate_s: float = 0.2          # sim backend: seconds each evaluation takes (engine benchmarks)
+    resources: dict = field(default_factory=dict)   # extra Ray resources each evaluator needs
+    num_gpus: float = -1.0           # GPUs each evaluator reserves; -1: 1 for cuda, else 0
+    label: str = ""                  # hardware class name; default: what the backend reports
     sycl_device: str = ""            # sycl: dpctl filter string (opencl:cpu, level_zero:gpu:0); "" = default
     sycl_form: str = "jit"           # sycl: jit (kernels compiled at run time) | aot (icpx) | opencl (OpenCL C)
 
@@ -91,7 +95,7 @@ class RunConfig:
 
 _CHOICES = {
     ("search", "topology"): ("ring", "full", "custom"),
-    ("eval", "backend"): ("cpu", "cuda", "sycl"),
+    ("eval", "backend"): ("cpu", "cuda", "sycl", "sim"),
     ("eval", "sycl_form"): ("jit", "aot", "opencl"),
     ("proposer", "kind"): ("offline", "llm"),
 }
@@ -102,7 +106,7 @@ def _coerce(value: Any, typ: Any, key: str, where: str) -> Any:
         return float(value)
     ok = {int: isinstance(value, int) and not isinstance(value, bool),
           float: isinstance(value, float), str: isinstance(value, str),
-          bool: isinstance(value, bool), list: isinstance(value, list)}.get(typ)
+          bool: isinstance(value, bool), list: isinstance(value, list), dict: isinstance(value, dict)}.get(typ)
     if ok is None or ok:
         return value
     raise ConfigError(f"{where}: key '{key}' must be {typ.__name__}, got {type(value).__name__} {value!r}")

@@ -30,7 +30,7 @@ from kfray.source import parse_params, source_hash
 from kfray.store import Store
 from kfray.tasks import load_task
 
-LANGUAGE = {"cpu": "cpp", "cuda": "cuda", "sycl": "sycl_jit"}
+LANGUAGE = {"cpu": "cpp", "cuda": "cuda", "sycl": "sycl_jit", "sim": "cpp"}
 # The sycl backend's language follows eval.sycl_form: kernels compiled at run time, whole programs
 # built ahead of time by icpx, or OpenCL C.
 SYCL_FORM_LANGUAGE = {"jit": "sycl_jit", "aot": "sycl", "opencl": "opencl"}
@@ -107,7 +107,9 @@ class Coordinator:
         self.evolver = make_prompt_evolver(f"{self.name}-prompt-evolver", self.cfg.prompts, self.cfg.proposer,
                                            self.cfg.search.seed)
         self.actors.append(self.evolver)
-        depth = 1 if e.backend == "cpu" else e.compile_workers + 1
+        # One job queued behind the running one hides the dispatch latency; GPU evaluators also
+        # compile ahead on `compile_workers` threads.
+        depth = 2 if e.backend in ("cpu", "sim") else e.compile_workers + 1
         self.queue = EvalQueue(self.evaluators, depth=depth)
 
     def _start_islands(self, st: TaskState):
@@ -261,10 +263,10 @@ class Coordinator:
             waitable = list(proposing) + list(ingesting)
             if not waitable and not len(self.queue):
                 break
-            if waitable:
-                ready, _ = ray.wait(waitable, num_returns=len(waitable), timeout=0.01)
-            else:
-                ready = []
+            # Sleep until anything at all completes (no busy polling: the driver's CPU is the
+            # engine's overhead), then take everything that is ready.
+            ray.wait(waitable + self.queue.refs(), num_returns=1, timeout=1.0)
+            ready = ray.wait(waitable, num_returns=len(waitable), timeout=0)[0] if waitable else []
             for ref in ready:
                 if ref in proposing:
                     st, i = proposing.pop(ref)
@@ -317,7 +319,7 @@ class Coordinator:
                         self._save_prompts()
                     if min(st.generations) >= st.next_migration:
                         self._migrate(st)
-            results = self.queue.poll(0.02)
+            results = self.queue.poll(0)
             rows = []
             for c, r in results:
                 key = owner.pop(c.id)

@@ -100,22 +100,36 @@ def _add_peak_fractions(facts: dict, device: dict) -> None:
             shape["fraction_of_fp32_peak"] = shape["gflops"] / rate
 
 
-def make_evaluators(backend_name: str, cfg: EvalConfig, count: int, run_name: str = "kfray") -> list:
+def evaluator_options(backend_name: str, cfg: EvalConfig) -> dict[str, Any]:
+    """Ray options of one evaluator: the CPUs, GPU and custom resources of what it owns."""
+    import ray
+
+    opts: dict[str, Any] = {"max_restarts": -1, "max_task_retries": 0, "num_cpus": cfg.num_cpus}
+    resources: dict[str, float] = {}
+    if backend_name == "cuda":
+        opts["max_concurrency"] = cfg.compile_workers + 1
+        if cfg.accelerator_type:   # e.g. H200: Ray advertises accelerator_type:H200 on such nodes
+            resources[f"accelerator_type:{cfg.accelerator_type}"] = 0.001
+    elif backend_name == "sycl":   # one device: compile ahead in threads, the sandbox run holds the lock
+        from kfray.eval.backends.sycl_runtime import evaluator_resources
+        opts["max_concurrency"] = cfg.compile_workers + 1
+        resources.update(evaluator_resources(cfg, ray.cluster_resources()) or {})  # sycl_gpu / sycl_cpu
+    num_gpus = cfg.num_gpus if cfg.num_gpus >= 0 else (1 if backend_name == "cuda" else 0)
+    if num_gpus:
+        opts["num_gpus"] = num_gpus
+    resources.update(cfg.resources)
+    if resources:
+        opts["resources"] = resources
+    return opts
+
+
+def make_evaluators(backend_name: str, cfg: EvalConfig, count: int, run_name: str = "kfray",
+                    label: str = "") -> list:
     """Evaluator actors on Ray, each reserving the resources of what it owns; restarted on death."""
     import ray
 
     actor_cls = ray.remote(Evaluator)
-    opts: dict[str, Any] = {"max_restarts": -1, "max_task_retries": 0, "num_cpus": cfg.num_cpus}
-    if backend_name == "cuda":
-        opts["num_gpus"] = 1
-        opts["max_concurrency"] = cfg.compile_workers + 1
-        if cfg.accelerator_type:   # e.g. H200: Ray advertises accelerator_type:H200 on such nodes
-            opts["resources"] = {f"accelerator_type:{cfg.accelerator_type}": 0.001}
-    elif backend_name == "sycl":   # one device: compile ahead in threads, the sandbox run holds the lock
-        from kfray.eval.backends.sycl_runtime import evaluator_resources
-        opts["max_concurrency"] = cfg.compile_workers + 1
-        tag = evaluator_resources(cfg, ray.cluster_resources())   # sycl_gpu / sycl_cpu, where advertised
-        if tag:
-            opts["resources"] = tag
-    return [actor_cls.options(name=f"{run_name}-evaluator-{backend_name}-{i}", **opts)
-            .remote(backend_name, cfg, f"{backend_name}-{i}") for i in range(count)]
+    opts = evaluator_options(backend_name, cfg)
+    tag = label or backend_name
+    return [actor_cls.options(name=f"{run_name}-evaluator-{tag}-{i}", **opts)
+            .remote(backend_name, cfg, f"{tag}-{i}") for i in range(count)]

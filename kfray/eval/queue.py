@@ -42,6 +42,10 @@ class EvalQueue:
             self.in_flight[ref] = (cand, idx)
             self.load[idx] += 1
 
+    def refs(self) -> list:
+        """The evaluations in flight, for a caller that waits on several kinds of work at once."""
+        return list(self.in_flight)
+
     def __len__(self) -> int:
         return len(self.waiting) + len(self.in_flight)
 
@@ -51,6 +55,9 @@ class EvalQueue:
             self._dispatch()
             return []
         ready, _ = ray.wait(list(self.in_flight), num_returns=len(self.in_flight), timeout=timeout)
+        if not ready and timeout == 0:
+            self._dispatch()
+            return []
         done = []
         for ref in ready:
             cand, idx = self.in_flight.pop(ref)

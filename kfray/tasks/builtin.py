@@ -58,7 +58,8 @@ def axpb() -> Task:
         shapes={"n1M": {"n": 1 << 20}, "n4M": {"n": 1 << 22}},
         reference=_axpb_ref, rtol=1e-5, atol=1e-6,
         bytes_moved="8 * n", flops="2 * n", seeds=load_seeds("axpb"), ref="builtin:axpb",
-        shape_sets={"gpu": {"n16M": {"n": 1 << 24}, "n64M": {"n": 1 << 26}}})
+        shape_sets={"gpu": {"n16M": {"n": 1 << 24}, "n64M": {"n": 1 << 26}},
+                    "tiny": {"n4k": {"n": 4096}}})
 
 
 def softmax() -> Task:

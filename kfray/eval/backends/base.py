@@ -86,6 +86,7 @@ _BACKENDS: dict[str, str] = {
     "cpu": "kfray.eval.backends.cpu:CpuBackend",
     "cuda": "kfray.eval.backends.cuda:CudaBackend",
     "sycl": "kfray.eval.backends.sycl:SyclBackend",
+    "sim": "kfray.eval.backends.sim:SimBackend",
 }
 
 
