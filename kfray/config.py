@@ -31,6 +31,14 @@ class SearchConfig:
     min_gain: float = 0.02           # relative gain an elite replacement must exceed, beyond the noise
     time_limit_s: float = 0.0        # 0: none; otherwise stop proposing after this many seconds
     seed: int = 0
+    qd_weight: float = 0.3           # share of the QD gradient in parent sampling (0: off)
+    qd_weights: list = field(default_factory=lambda: [0.4, 0.4, 0.2])  # fitness, improvement rate, exploration
+    qd_window: int = 256             # transitions the QD gradient remembers
+    qd_directives: bool = True       # QD-gradient and target-cell directives in the prompt
+    target_strategy: str = "mutate"  # correct parent: mutate | intensify | specialize | balance
+    near_duplicate: float = 0.98     # reject a child this similar to an elite (same cell, params); 0: off
+    parents: str = "archive"         # archive (MAP-Elites) | seeds (random search: children of seeds only)
+    archive: str = "map_elites"      # map_elites (4x4x4 grid) | single (one cell: a plain elitist GA)
 
 
 @dataclass
@@ -57,6 +65,7 @@ class EvalConfig:
     label: str = ""                  # hardware class name; default: what the backend reports
     sycl_device: str = ""            # sycl: dpctl filter string (opencl:cpu, level_zero:gpu:0); "" = default
     sycl_form: str = "jit"           # sycl: jit (kernels compiled at run time) | aot (icpx) | opencl (OpenCL C)
+    tune_budget: int = 3             # @kf.param settings the inner tuner measures per candidate (0: off)
 
 
 @dataclass
@@ -70,6 +79,12 @@ class ProposerConfig:
     timeout_s: float = 120.0
     max_retries: int = 4
     backoff_s: float = 1.0
+    models: list = field(default_factory=list)  # [{model, weight, cost_per_1k_input, cost_per_1k_output, base_url?}]
+    bandit: bool = False             # choose the model per call by UCB over its children's improvement
+    bandit_c: float = 0.5            # UCB exploration constant
+    bandit_cost: float = 0.1         # UCB penalty per unit of relative price
+    max_cost: float = 0.0            # stop proposing once this much was spent (0: no limit)
+    token_budget: int = 0            # stop proposing once this many tokens were used (0: no limit)
 
 
 @dataclass
@@ -88,6 +103,7 @@ class RunConfig:
     prompts: PromptConfig = field(default_factory=PromptConfig)
     run_dir: str = ""
     address: str = ""                # Ray address; empty starts a local instance
+    hardware: list = field(default_factory=list)    # hardware classes: eval overrides, one mapping each
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -98,6 +114,9 @@ _CHOICES = {
     ("eval", "backend"): ("cpu", "cuda", "sycl", "sim"),
     ("eval", "sycl_form"): ("jit", "aot", "opencl"),
     ("proposer", "kind"): ("offline", "llm"),
+    ("search", "target_strategy"): ("mutate", "intensify", "specialize", "balance"),
+    ("search", "parents"): ("archive", "seeds"),
+    ("search", "archive"): ("map_elites", "single"),
 }
 
 
@@ -148,9 +167,13 @@ def _check(cfg: RunConfig, where: str) -> None:
         raise ConfigError(f"{where}: key 'eval.timeout_s' must be > 0, got {e.timeout_s}")
     if not cfg.tasks or not all(isinstance(t, str) for t in cfg.tasks):
         raise ConfigError(f"{where}: key 'tasks' must be a non-empty list of task names")
-    if s.topology == "custom" and len(s.adjacency) != s.islands:
+    for i, entry in enumerate(cfg.hardware):
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where}: hardware[{i}] must be a mapping of eval keys, got {type(entry).__name__}")
+        _fill(dataclasses.replace(cfg.eval), entry, f"hardware[{i}].", where)   # validates keys and types
+    if s.topology == "custom" and len(s.adjacency) != s.islands * max(1, len(cfg.hardware)):
         raise ConfigError(f"{where}: search.topology custom needs search.adjacency with one list per island "
-                          f"({s.islands}), got {len(s.adjacency)}")
+                          f"({s.islands * max(1, len(cfg.hardware))}), got {len(s.adjacency)}")
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -163,6 +186,16 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     except yaml.YAMLError:
         value = raw
     return key.strip().split("."), value
+
+
+def hardware_classes(cfg: RunConfig) -> list[EvalConfig]:
+    """One EvalConfig per hardware class: `eval` with each `hardware` entry's overrides, or `eval` alone."""
+    out = []
+    for entry in cfg.hardware or [{}]:
+        e = dataclasses.replace(cfg.eval, flags=list(cfg.eval.flags), resources=dict(cfg.eval.resources))
+        _fill(e, entry, "hardware.", "configuration")
+        out.append(e)
+    return out
 
 
 def config_from_dict(data: dict, where: str = "configuration") -> RunConfig:

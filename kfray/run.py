@@ -18,7 +18,7 @@ import ray
 
 from kfray.candidate import TIER_CORRECT, Candidate, EvalResult
 from kfray.cluster import connect
-from kfray.config import RunConfig
+from kfray.config import EvalConfig, RunConfig, hardware_classes
 from kfray.errors import KfrayError
 from kfray.eval.evaluator import make_evaluators
 from kfray.eval.queue import EvalQueue
@@ -45,6 +45,18 @@ def language_of(e) -> str:
 
 
 @dataclass
+class HardwareClass:
+    """One kind of device: its evaluators, their queue, the language its kernels are written in."""
+
+    label: str
+    cfg: EvalConfig
+    language: str
+    evaluators: list
+    queue: EvalQueue
+    facts: dict
+
+
+@dataclass
 class TaskState:
     ref: str
     islands: list = field(default_factory=list)
@@ -55,12 +67,15 @@ class TaskState:
     next_migration: int = 0
     migration_rounds: int = 0
     best: tuple | None = None         # (candidate, result) with the highest fitness
-    baseline_speedup: float = 0.0
     correct: int = 0
     evaluated: int = 0
-    seed_pairs: list = field(default_factory=list)
+    seed_pairs: dict = field(default_factory=dict)    # hardware label -> [(candidate, result)] of seeds
+    labels: list = field(default_factory=list)        # island index -> hardware label
     checkpoints: dict = field(default_factory=dict)   # island index -> latest state() from an ingest
-    known: dict = field(default_factory=dict)         # source hash -> (candidate, result) as dicts
+    known: dict = field(default_factory=dict)         # (label, source hash) -> (candidate, result) dicts
+    baselines: dict = field(default_factory=dict)     # hardware label -> speedup of the baseline seed
+    best_by: dict = field(default_factory=dict)       # hardware label -> (candidate, result)
+    results: dict = field(default_factory=dict)       # candidate id -> result dict
 
 
 def default_run_dir() -> Path:
@@ -74,12 +89,15 @@ class Coordinator:
         self.resume = resume
         self.run_dir = Path(run_dir or cfg.run_dir or default_run_dir())
         self.progress = progress
-        self.language = language_of(cfg.eval)
+        self.class_cfgs = hardware_classes(cfg)
         self.tasks = {ref: load_task(ref) for ref in cfg.tasks}
-        for ref, t in self.tasks.items():
-            if not t.seeds_for(self.language) and cfg.proposer.kind == "offline":
-                raise KfrayError(f"task {ref!r} has no {self.language} seed kernels, and the offline proposer "
-                                 f"needs one to start from; use the llm proposer or add seeds")
+        for e in self.class_cfgs:
+            lang = language_of(e)
+            for ref, t in self.tasks.items():
+                if not t.seeds_for(lang) and cfg.proposer.kind == "offline":
+                    raise KfrayError(f"task {ref!r} has no {lang} seed kernels, and the offline proposer "
+                                     f"needs one to start from; use the llm proposer or add seeds")
+        self.cross_hardware: list[dict] = []
         self.name = f"kfray-{self.run_dir.name}-{int(time.time() * 1000) % 10**8}"
         self.actors: list = []
         self.migrations = 0
@@ -88,46 +106,70 @@ class Coordinator:
 
     # --- set-up --------------------------------------------------------------------------------
     def _start_actors(self):
-        e = self.cfg.eval
-        count = e.evaluators
-        if count == 0 and e.backend == "cuda":
-            count = int(ray.cluster_resources().get("GPU", 0))
-        if count < 1:
-            raise KfrayError(f"no evaluators: eval.evaluators is {e.evaluators} and the cluster offers no "
-                             f"device for backend {e.backend}")
-        self.evaluators = make_evaluators(e.backend, e, count, self.name)
-        self.actors += self.evaluators
-        try:
-            infos = ray.get([ev.info.remote() for ev in self.evaluators], timeout=300)
-        except ray.exceptions.GetTimeoutError:
-            raise KfrayError(f"evaluators did not start within 300 s: the cluster may lack the resources "
-                             f"they ask for (num_cpus={e.num_cpus} each, {count} of them); lower "
-                             f"eval.evaluators or eval.num_cpus") from None
-        self.hardware, self.device_facts = infos[0]["hardware"], infos[0]["facts"]
+        self.classes: list[HardwareClass] = []
+        for n, e in enumerate(self.class_cfgs):
+            count = e.evaluators
+            if count == 0 and e.backend == "cuda":
+                count = int(ray.cluster_resources().get("GPU", 0))
+            if count < 1:
+                raise KfrayError(f"no evaluators: eval.evaluators is {e.evaluators} and the cluster offers no "
+                                 f"device for backend {e.backend}")
+            evaluators = make_evaluators(e.backend, e, count, self.name, label=e.label or f"{e.backend}{n or ''}")
+            self.actors += evaluators
+            try:
+                infos = ray.get([ev.info.remote() for ev in evaluators], timeout=300)
+            except ray.exceptions.GetTimeoutError:
+                raise KfrayError(f"evaluators did not start within 300 s: the cluster may lack the resources "
+                                 f"they ask for (backend {e.backend}, num_cpus={e.num_cpus}, resources "
+                                 f"{e.resources or '-'}; {count} of them); lower eval.evaluators or add nodes") from None
+            label = e.label or infos[0]["hardware"]
+            if any(c.label == label for c in self.classes):
+                raise KfrayError(f"two hardware classes are both called {label!r}; give each a `label`")
+            # One job queued behind the running one hides the dispatch latency; GPU evaluators also
+            # compile ahead on `compile_workers` threads.
+            depth = 2 if e.backend in ("cpu", "sim") else e.compile_workers + 1
+            self.classes.append(HardwareClass(label, e, language_of(e), evaluators, EvalQueue(evaluators, depth),
+                                              infos[0]["facts"]))
+        self.by_label = {c.label: c for c in self.classes}
+        self.evaluators = [ev for c in self.classes for ev in c.evaluators]
+        self.hardware = self.classes[0].label
+        self.device_facts = self.classes[0].facts
         self.evolver = make_prompt_evolver(f"{self.name}-prompt-evolver", self.cfg.prompts, self.cfg.proposer,
                                            self.cfg.search.seed)
         self.actors.append(self.evolver)
-        # One job queued behind the running one hides the dispatch latency; GPU evaluators also
-        # compile ahead on `compile_workers` threads.
-        depth = 2 if e.backend in ("cpu", "sim") else e.compile_workers + 1
-        self.queue = EvalQueue(self.evaluators, depth=depth)
+
+    def _pending(self) -> int:
+        return sum(len(c.queue) for c in self.classes)
+
+    def _poll(self) -> list[tuple[str, Candidate, EvalResult]]:
+        """Finished evaluations of every class, each result labelled with its hardware class."""
+        out = []
+        for hc in self.classes:
+            for c, r in hc.queue.poll(0):
+                r.hardware = hc.label
+                out.append((hc.label, c, r))
+        return out
 
     def _start_islands(self, st: TaskState):
+        """`search.islands` islands per hardware class, each targeting that class's device."""
         s = self.cfg.search
         cls = ray.remote(IslandActor)
-        for i in range(s.islands):
-            a = cls.options(name=f"{self.name}-island-{st.ref}-{i}", num_cpus=0, max_restarts=-1,
-                            max_task_retries=0).remote(
-                i, st.ref, self.language, s, self.cfg.proposer, f"{self.name}-prompt-evolver",
-                self.device_facts, self.hardware, s.seed)
-            st.islands.append(a)
-            self.actors.append(a)
-        st.generations = [0] * s.islands
+        for hc in self.classes:
+            for _ in range(s.islands):
+                i = len(st.islands)
+                a = cls.options(name=f"{self.name}-island-{st.ref}-{i}", num_cpus=0, max_restarts=-1,
+                                max_task_retries=0).remote(
+                    i, st.ref, hc.language, s, self.cfg.proposer, f"{self.name}-prompt-evolver",
+                    hc.facts, hc.label, s.seed)
+                st.islands.append(a)
+                st.labels.append(hc.label)
+                self.actors.append(a)
+        st.generations = [0] * len(st.islands)
         st.next_migration = s.migrate_every
         if self.resume:
             self._restore_islands(st)
         else:
-            ray.get([isl.seed.remote(st.seed_pairs) for isl in st.islands])
+            ray.get([isl.seed.remote(st.seed_pairs.get(st.labels[i], [])) for i, isl in enumerate(st.islands)])
 
     def _restore_islands(self, st: TaskState):
         """Resume: each island from its last checkpoint plus the results it had not yet ingested."""
@@ -139,7 +181,8 @@ class Coordinator:
             mine = [(c.to_dict(), r.to_dict()) for c, r in self.store.evaluated(st.ref)
                     if c.island == i and c.id not in _archived_ids(state)]
             if state is None:
-                calls.append(isl.restore.remote(_empty_state_like(i, st.ref), st.seed_pairs + mine))
+                calls.append(isl.restore.remote(_empty_state_like(i, st.ref),
+                                                st.seed_pairs.get(st.labels[i], []) + mine))
             else:
                 st.checkpoints[i] = state
                 st.generations[i] = state["generation"]
@@ -154,20 +197,22 @@ class Coordinator:
         if i in st.checkpoints:
             ray.get(isl.restore.remote(st.checkpoints[i], list(missed)))
         else:
-            ray.get(isl.restore.remote(_empty_state_like(i, st.ref), st.seed_pairs + list(missed)))
+            ray.get(isl.restore.remote(_empty_state_like(i, st.ref),
+                                       st.seed_pairs.get(st.labels[i], []) + list(missed)))
 
     def _load_progress(self, states: dict[str, TaskState]):
         """Resume: what the database already holds is spent budget and is never evaluated again."""
         for ref, st in states.items():
-            baseline = self.tasks[ref].seeds_for(self.language)
             for c, r in self.store.evaluated(ref):
                 st.spent += 1
-                st.seen.add(source_hash(c.source, c.params))
-                self._account(st, c, r)
+                hc = self.by_label.get(r.hardware) or self.classes[0]
+                st.seen.add((hc.label, source_hash(c.source, c.params)))
+                self._account(st, hc.label, c, r)
                 if c.origin.startswith("seed:"):
-                    st.seed_pairs.append((c.to_dict(), r.to_dict()))
-                    if baseline and c.origin == f"seed:{baseline[0].name}" and r.correct:
-                        st.baseline_speedup = r.speedup
+                    st.seed_pairs.setdefault(hc.label, []).append((c.to_dict(), r.to_dict()))
+                    base = self.tasks[ref].seeds_for(hc.language)
+                    if base and c.origin == f"seed:{base[0].name}" and r.correct:
+                        st.baselines[hc.label] = r.speedup
             st.migration_rounds = (self.store.rows("SELECT MAX(round) AS m FROM migrations WHERE task = ?",
                                                    (ref,))[0]["m"] or 0)
             self.migrations += st.migration_rounds
@@ -183,14 +228,15 @@ class Coordinator:
     # --- the loop ------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         t_start = time.time()
-        connect(self.cfg.address, num_cpus=int(math.ceil(self.cfg.eval.evaluators * self.cfg.eval.num_cpus)))
+        connect(self.cfg.address, num_cpus=int(math.ceil(sum(e.evaluators * e.num_cpus for e in self.class_cfgs))))
         self.store = Store(self.run_dir / "kfray.db")
         prior = self.store.meta() if self.resume else {}
         self.store.set_meta(config=self.cfg.to_dict(), status="running", name=self.name,
                             **({"resumed": prior.get("resumed", 0) + 1} if self.resume else {"started": t_start}))
         try:
             self._start_actors()
-            self.store.set_meta(hardware=self.hardware, device_facts=self.device_facts)
+            self.store.set_meta(hardware=self.hardware, device_facts=self.device_facts,
+                                hardware_classes={c.label: c.facts for c in self.classes})
             if "prompt_population" in prior:
                 ray.get(self.evolver.restore.remote(prior["prompt_population"]))
             states = {ref: TaskState(ref) for ref in self.tasks}
@@ -206,36 +252,46 @@ class Coordinator:
             self.store.close()
 
     def _evaluate_seeds(self, states: dict[str, TaskState]):
-        """Each seed kernel is evaluated once per task and shared by all of that task's islands."""
+        """Each seed kernel is evaluated once per task and hardware class, and shared by the islands
+        of that class."""
+        pending = 0
         for ref, st in states.items():
-            for seed in self.tasks[ref].seeds_for(self.language):
-                c = Candidate(task=ref, language=self.language, source=seed.source, origin=f"seed:{seed.name}",
-                              params=parse_params(seed.source).default())
-                c.cell = describe(c.source, c.language)
-                if source_hash(c.source, c.params) in st.seen:
-                    continue          # resumed: evaluated before the stop
-                st.seen.add(source_hash(c.source, c.params))
-                st.spent += 1
-                self.queue.submit(c)
-        pending = len(self.queue)
+            for hc in self.classes:
+                for seed in self.tasks[ref].seeds_for(hc.language):
+                    c = Candidate(task=ref, language=hc.language, source=seed.source, origin=f"seed:{seed.name}",
+                                  params=parse_params(seed.source).default())
+                    c.cell = describe(c.source, c.language)
+                    key = (hc.label, source_hash(c.source, c.params))
+                    if key in st.seen:
+                        continue          # resumed: evaluated before the stop
+                    st.seen.add(key)
+                    st.spent += 1
+                    pending += 1
+                    hc.queue.submit(c)
         while pending:
-            for c, r in self.queue.poll(0.2):
+            for label, c, r in self._poll():
                 pending -= 1
                 st = states[c.task]
-                st.seed_pairs.append((c.to_dict(), r.to_dict()))
-                self._account(st, c, r)
-                if c.origin == f"seed:{self.tasks[c.task].seeds_for(self.language)[0].name}" and r.correct:
-                    st.baseline_speedup = r.speedup
+                st.seed_pairs.setdefault(label, []).append((c.to_dict(), r.to_dict()))
+                self._account(st, label, c, r)
+                base = self.tasks[c.task].seeds_for(self.by_label[label].language)
+                if c.origin == f"seed:{base[0].name}" and r.correct:
+                    st.baselines[label] = r.speedup
                 self.store.add_candidates([(c, r, "seed")])
+            if pending:
+                ray.wait([ref for hc in self.classes for ref in hc.queue.refs()], num_returns=1, timeout=1.0)
 
-    def _account(self, st: TaskState, c: Candidate, r: EvalResult):
+    def _account(self, st: TaskState, label: str, c: Candidate, r: EvalResult):
         if c.source.strip():
-            st.known[source_hash(c.source, c.params)] = (c.to_dict(), r.to_dict())
+            st.known[(label, source_hash(c.source, c.params))] = (c.to_dict(), r.to_dict())
+        st.results[c.id] = r.to_dict()
         st.evaluated += 1
         if r.correct:
             st.correct += 1
         if st.best is None or r.fitness > st.best[1].fitness:
             st.best = (c, r)
+        if label not in st.best_by or r.fitness > st.best_by[label][1].fitness:
+            st.best_by[label] = (c, r)
 
     def _loop(self, states: dict[str, TaskState], t_start: float):
         s = self.cfg.search
@@ -243,7 +299,7 @@ class Coordinator:
         ingesting: dict[Any, tuple[TaskState, int, list]] = {}
         batches: dict[tuple[str, int], dict] = {}     # (task, island) -> {"pending": set, "done": list}
         busy: set[tuple[str, int]] = set()
-        owner: dict[str, tuple[str, int]] = {}
+        owner: dict[str, tuple] = {}                 # candidate id -> (task, island) or (task, "retime", ...)
         bar = _Progress(self.progress, sum(s.budget for _ in states), states)
         bar.advance(sum(st.spent for st in states.values()))
         deadline = t_start + s.time_limit_s if s.time_limit_s > 0 else float("inf")
@@ -261,11 +317,11 @@ class Coordinator:
                     busy.add((st.ref, i))
                     reserved += n
             waitable = list(proposing) + list(ingesting)
-            if not waitable and not len(self.queue):
+            if not waitable and not self._pending():
                 break
             # Sleep until anything at all completes (no busy polling: the driver's CPU is the
             # engine's overhead), then take everything that is ready.
-            ray.wait(waitable + self.queue.refs(), num_returns=1, timeout=1.0)
+            ray.wait(waitable + [r for hc in self.classes for r in hc.queue.refs()], num_returns=1, timeout=1.0)
             ready = ray.wait(waitable, num_returns=len(waitable), timeout=0)[0] if waitable else []
             for ref in ready:
                 if ref in proposing:
@@ -277,10 +333,11 @@ class Coordinator:
                         busy.discard((st.ref, i))
                         continue
                     fresh, known = [], []
+                    label = st.labels[i]
                     for d in proposed:
                         c = Candidate.from_dict(d)
                         st.proposals += 1
-                        h = source_hash(c.source, c.params)
+                        h = (label, source_hash(c.source, c.params))
                         if c.source.strip() and h in st.seen:
                             # Evaluated before (maybe by another island): never again. The island
                             # still gets the known kernel and result, as it would get a migrant.
@@ -297,7 +354,7 @@ class Coordinator:
                     batches[(st.ref, i)] = {"pending": {c.id for c in fresh}, "done": known}
                     for c in fresh:
                         owner[c.id] = (st.ref, i)
-                        self.queue.submit(c)
+                        self.by_label[label].queue.submit(c)
                     if not fresh:
                         ingesting[st.islands[i].ingest.remote(known)] = (st, i, known)
                         del batches[(st.ref, i)]
@@ -318,14 +375,17 @@ class Coordinator:
                     if info["new_prompts"]:
                         self._save_prompts()
                     if min(st.generations) >= st.next_migration:
-                        self._migrate(st)
-            results = self.queue.poll(0)
+                        self._migrate(st, owner)
+            results = self._poll()
             rows = []
-            for c, r in results:
+            for label, c, r in results:
                 key = owner.pop(c.id)
                 st = states[key[0]]
-                self._account(st, c, r)
+                self._account(st, label, c, r)
                 rows.append((c, r, None))
+                if key[1] == "retime":                # a migrant timed again on its new hardware
+                    self._arrive(st, c, r, key[2])
+                    continue
                 b = batches[key]
                 b["pending"].discard(c.id)
                 b["done"].append((c.to_dict(), r.to_dict()))
@@ -337,8 +397,11 @@ class Coordinator:
                 bar.update(states)
         bar.close()
 
-    def _migrate(self, st: TaskState):
-        """Top elites of each island go to its neighbours along the topology; each move is recorded."""
+    def _migrate(self, st: TaskState, owner: dict):
+        """Top elites of each island go to its neighbours along the topology; each move is recorded.
+
+        Between islands of one hardware class the elites' timings stand. An elite that crosses to
+        other hardware (same language) is timed again there first, and competes with that result."""
         s = self.cfg.search
         st.next_migration += s.migrate_every
         if len(st.islands) < 2 or s.migrants == 0:
@@ -350,9 +413,34 @@ class Coordinator:
         for src, dsts in destinations(s.topology, len(st.islands), s.adjacency).items():
             for dst in dsts:
                 pairs = outgoing[src]
-                accepted = ray.get(st.islands[dst].immigrate.remote(pairs))
-                rows += [(st.ref, st.migration_rounds, src, dst, c["id"], accepted > 0) for c, _ in pairs]
+                a, b = self.by_label[st.labels[src]], self.by_label[st.labels[dst]]
+                if a is b:
+                    accepted = ray.get(st.islands[dst].immigrate.remote(pairs))
+                    rows += [(st.ref, st.migration_rounds, src, dst, c["id"], accepted > 0) for c, _ in pairs]
+                elif a.language == b.language:
+                    for c, r in pairs:
+                        known = st.known.get((b.label, source_hash(c["source"], c["params"])))
+                        if known:                     # already timed on b: that result competes
+                            ray.get(st.islands[dst].immigrate.remote([known]))
+                            rows.append((st.ref, st.migration_rounds, src, dst, known[0]["id"], True))
+                            continue
+                        copy = Candidate.from_dict({**c, "id": Candidate(task="", language="", source="").id,
+                                                    "island": dst, "parent_id": c["id"],
+                                                    "origin": f"migrant:{a.label}"})
+                        owner[copy.id] = (st.ref, "retime", dst)
+                        st.spent += 1
+                        b.queue.submit(copy)
+                        rows.append((st.ref, st.migration_rounds, src, dst, c["id"], True))
         self.store.add_migrations(rows)
+
+    def _arrive(self, st: TaskState, c: Candidate, r: EvalResult, dst: int):
+        """A migrant's result on its new hardware: record the cross-hardware pair, then it competes."""
+        origin = EvalResult.from_dict(st.results[c.parent_id])
+        self.cross_hardware.append({
+            "task": st.ref, "kernel": c.parent_id, "tuned_on": origin.hardware, "timed_on": r.hardware,
+            "speedup_tuned_on": round(origin.speedup, 4), "speedup_timed_on": round(r.speedup, 4),
+            "tier_timed_on": r.tier})
+        ray.get(st.islands[dst].immigrate.remote([(c.to_dict(), r.to_dict())]))
 
     # --- the end -------------------------------------------------------------------------------
     def _finish(self, states: dict[str, TaskState], t_start: float) -> dict[str, Any]:
@@ -368,16 +456,19 @@ class Coordinator:
                      for e in s["archive"]["elites"]}
             best_c, best_r = st.best if st.best else (None, None)
             ok = bool(best_r and best_r.tier == TIER_CORRECT)
+            label = best_r.hardware if ok and best_r.hardware in self.by_label else self.classes[0].label
+            baseline = st.baselines.get(label, 0.0)
             if ok:
                 safe = re.sub(r"[^\w.@-]+", "_", ref).strip("_")     # refs may be paths
-                (best_dir / f"{safe}{SUFFIX[self.language]}").write_text(
+                (best_dir / f"{safe}{SUFFIX[best_c.language]}").write_text(
                     f"// kfray best kernel for {ref}: speedup {best_r.speedup:.3f}x over the reference\n"
                     f"// params: {json.dumps(best_c.params)}\n" + best_c.source)
             per_task[ref] = {
                 "correct": ok,
                 "best_speedup_vs_reference": round(best_r.speedup, 4) if ok else 0.0,
-                "best_speedup_vs_seed": round(best_r.speedup / st.baseline_speedup, 4)
-                if ok and st.baseline_speedup > 0 else 0.0,
+                "best_speedup_vs_seed": round(best_r.speedup / baseline, 4) if ok and baseline > 0 else 0.0,
+                "best_hardware": label if ok else None,
+                "best_by_hardware": {lb: round(r.speedup, 4) for lb, (_, r) in st.best_by.items() if r.correct},
                 "best_candidate": best_c.id if ok else None,
                 "best_params": best_c.params if ok else {},
                 "cells_filled": len(cells),
@@ -394,9 +485,11 @@ class Coordinator:
             "migrations": self.migrations,
             "prompt_generations": len({p["generation"] for p in prompts}),
             "evaluated": sum(st.evaluated for st in states.values()),
-            "requeued": self.queue.requeued,
+            "hardware_classes": [c.label for c in self.classes],
+            "cross_hardware": self.cross_hardware,
+            "requeued": sum(c.queue.requeued for c in self.classes),
             "island_restores": self.island_restores,
-            "per_evaluator": self.queue.per_evaluator,
+            "per_evaluator": [n for c in self.classes for n in c.queue.per_evaluator],
             "wall_seconds": round(time.time() - t_start, 2),
             "run_dir": str(self.run_dir),
         }
