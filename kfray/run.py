@@ -98,6 +98,7 @@ class Coordinator:
                     raise KfrayError(f"task {ref!r} has no {lang} seed kernels, and the offline proposer "
                                      f"needs one to start from; use the llm proposer or add seeds")
         self.cross_hardware: list[dict] = []
+        self.placement: dict[str, str] = {}          # actor name -> Ray node id
         self.name = f"kfray-{self.run_dir.name}-{int(time.time() * 1000) % 10**8}"
         self.actors: list = []
         self.migrations = 0
@@ -123,6 +124,7 @@ class Coordinator:
                                  f"they ask for (backend {e.backend}, num_cpus={e.num_cpus}, resources "
                                  f"{e.resources or '-'}; {count} of them); lower eval.evaluators or add nodes") from None
             label = e.label or infos[0]["hardware"]
+            self.placement.update({i["name"]: i.get("node", "") for i in infos})
             if any(c.label == label for c in self.classes):
                 raise KfrayError(f"two hardware classes are both called {label!r}; give each a `label`")
             # One job queued behind the running one hides the dispatch latency; GPU evaluators also
@@ -157,8 +159,10 @@ class Coordinator:
         for hc in self.classes:
             for _ in range(s.islands):
                 i = len(st.islands)
+                # No CPUs reserved (they wait on proposers and actors) and spread over the cluster,
+                # so islands are not all pinned to the head node.
                 a = cls.options(name=f"{self.name}-island-{st.ref}-{i}", num_cpus=0, max_restarts=-1,
-                                max_task_retries=0).remote(
+                                max_task_retries=0, scheduling_strategy="SPREAD").remote(
                     i, st.ref, hc.language, s, self.cfg.proposer, f"{self.name}-prompt-evolver",
                     hc.facts, hc.label, s.seed)
                 st.islands.append(a)
@@ -369,6 +373,12 @@ class Coordinator:
                     mine = {c["id"] for c, _ in pairs if c["island"] == i}   # not known kernels of others
                     self.store.set_outcomes([(r["candidate_id"], r["outcome"]) for r in info["records"]
                                              if r["candidate_id"] in mine])
+                    # parent -> child transitions (the QD gradient's), parameters the inner tuner chose,
+                    # and an island whose proposer spent its budget (LLM cost/tokens): this task is done
+                    self.store.add_transitions(st.ref, info["records"], mine)
+                    _adopt_tuned_params(st, info["records"], mine)
+                    if info["summary"].get("exhausted"):
+                        st.spent = max(st.spent, s.budget)
                     st.generations[i] = info["summary"]["generation"]
                     st.checkpoints[i] = info["state"]
                     self.store.save_islands([info["state"]])
@@ -419,6 +429,8 @@ class Coordinator:
                     rows += [(st.ref, st.migration_rounds, src, dst, c["id"], accepted > 0) for c, _ in pairs]
                 elif a.language == b.language:
                     for c, r in pairs:
+                        if st.spent >= s.budget:      # timing it again would overspend the budget
+                            break
                         known = st.known.get((b.label, source_hash(c["source"], c["params"])))
                         if known:                     # already timed on b: that result competes
                             ray.get(st.islands[dst].immigrate.remote([known]))
@@ -445,6 +457,9 @@ class Coordinator:
     # --- the end -------------------------------------------------------------------------------
     def _finish(self, states: dict[str, TaskState], t_start: float) -> dict[str, Any]:
         island_states = ray.get([isl.state.remote() for st in states.values() for isl in st.islands])
+        nodes = ray.get([isl.node.remote() for st in states.values() for isl in st.islands])
+        self.placement.update({f"island-{s['task']}-{s['index']}": n for s, n in zip(island_states, nodes)})
+        self.store.set_meta(placement=self.placement)
         self.store.save_islands(island_states)
         self._save_prompts(force=True)
         prompts = ray.get(self.evolver.all_prompts.remote())
@@ -493,6 +508,8 @@ class Coordinator:
             "wall_seconds": round(time.time() - t_start, 2),
             "run_dir": str(self.run_dir),
         }
+        if _llm_usage(island_states):      # tokens and cost per model (LLM runs)
+            summary["llm"] = _llm_usage(island_states)
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
         self.store.set_meta(status="finished", finished=time.time())
         return summary
@@ -539,6 +556,25 @@ class _Progress:
             done = self.bar.tasks[0].completed
             self.bar.update(self.task, total=done)
             self.bar.stop()
+
+
+def _adopt_tuned_params(st: TaskState, records: list[dict], mine: set) -> None:
+    """The inner tuner's best setting becomes the params of the coordinator's copies of a candidate."""
+    tuned = {r["candidate_id"]: r["params"] for r in records if r.get("params") and r["candidate_id"] in mine}
+    for c, _ in ([st.best] if st.best else []) + list(st.best_by.values()):
+        if c.id in tuned:
+            c.params = dict(tuned[c.id])
+
+
+def _llm_usage(island_states: list[dict]) -> dict:
+    """Tokens and cost per model (each island holds the run-wide ledger's latest snapshot)."""
+    per: dict[str, dict] = {}
+    for s in island_states:
+        for model, row in (s.get("llm_usage") or {}).items():
+            cur = per.setdefault(model, {})
+            for k, v in row.items():
+                cur[k] = max(cur.get(k, 0), v)
+    return per
 
 
 def _archived_ids(state: dict | None) -> set[str]:

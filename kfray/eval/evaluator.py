@@ -35,7 +35,7 @@ class Evaluator:
 
     def info(self) -> dict[str, Any]:
         return {"name": self.name, "hardware": self.backend.hardware_class(),
-                "facts": self.backend.device_facts(), "pid": os.getpid()}
+                "facts": self.backend.device_facts(), "pid": os.getpid(), "node": _node_id()}
 
     def evaluate(self, cand: dict | Candidate, task_ref: str | None = None) -> dict:
         """Compile, check and time one candidate; every failure is a result, never an exception."""
@@ -87,6 +87,15 @@ class Evaluator:
 
     def shutdown(self) -> None:
         self.sandbox.close()
+
+
+def _node_id() -> str:
+    """The Ray node this process runs on ('' outside Ray), so a run can show where work landed."""
+    try:
+        import ray
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
+    except Exception:
+        return ""
 
 
 def _add_peak_fractions(facts: dict, device: dict) -> None:

@@ -2,7 +2,8 @@
 
 Pull-style, like `ray.util.ActorPool`: an evaluator gets its next job as soon as it finishes one,
 so fast and slow devices share the load. A job whose evaluator dies is put back at the front and
-goes to the next free evaluator (Ray restarts the dead one).
+goes to the next free evaluator. Ray restarts the dead one; until a probe call answers, it gets
+no work (a node that left the cluster may never bring it back).
 """
 from __future__ import annotations
 
@@ -27,14 +28,19 @@ class EvalQueue:
         self.attempts: dict[str, int] = {}
         self.requeued = 0
         self.per_evaluator = [0] * len(self.evaluators)
+        self.down: dict[int, Any] = {}          # evaluator idx -> probe ObjectRef while it is unhealthy
 
     def submit(self, cand: Candidate) -> None:
         self.waiting.append(cand)
         self._dispatch()
 
     def _dispatch(self) -> None:
+        self._check_probes()
         while self.waiting:
-            idx = min(range(len(self.evaluators)), key=lambda i: self.load[i])
+            healthy = [i for i in range(len(self.evaluators)) if i not in self.down]
+            if not healthy:
+                return
+            idx = min(healthy, key=lambda i: self.load[i])
             if self.load[idx] >= self.depth:
                 return
             cand = self.waiting.popleft()
@@ -42,9 +48,22 @@ class EvalQueue:
             self.in_flight[ref] = (cand, idx)
             self.load[idx] += 1
 
+    def _check_probes(self) -> None:
+        if not self.down:
+            return
+        ready, _ = ray.wait(list(self.down.values()), num_returns=len(self.down), timeout=0)
+        for idx, ref in list(self.down.items()):
+            if ref in ready:
+                try:
+                    ray.get(ref)
+                    del self.down[idx]                          # it came back
+                except RayActorError:
+                    self.down[idx] = self.evaluators[idx].info.remote()   # still restarting: ask again
+
     def refs(self) -> list:
-        """The evaluations in flight, for a caller that waits on several kinds of work at once."""
-        return list(self.in_flight)
+        """The evaluations in flight (and health probes), for a caller that waits on several kinds
+        of work at once."""
+        return list(self.in_flight) + list(self.down.values())
 
     def __len__(self) -> int:
         return len(self.waiting) + len(self.in_flight)
@@ -66,6 +85,8 @@ class EvalQueue:
                 res = EvalResult.from_dict(ray.get(ref))
                 self.per_evaluator[idx] += 1
             except (RayActorError, GetTimeoutError) as e:
+                if idx not in self.down:
+                    self.down[idx] = self.evaluators[idx].info.remote()
                 n = self.attempts[cand.id] = self.attempts.get(cand.id, 0) + 1
                 if n < MAX_ATTEMPTS:
                     self.requeued += 1

@@ -181,6 +181,11 @@ class IslandActor:
     def summary(self) -> dict:
         return self.island.summary()
 
+    def node(self) -> str:
+        """The Ray node this island runs on."""
+        import ray
+        return ray.get_runtime_context().get_node_id()
+
     def state(self) -> dict:
         return self.island.state()
 
