@@ -63,6 +63,8 @@ class EvalConfig:
     resources: dict = field(default_factory=dict)   # extra Ray resources each evaluator needs
     num_gpus: float = -1.0           # GPUs each evaluator reserves; -1: 1 for cuda, else 0
     label: str = ""                  # hardware class name; default: what the backend reports
+    share_cache: bool = True         # share builds across the cluster's nodes through a Ray actor
+    cache_server: str = ""           # set by the coordinator: the name of that actor
     sycl_device: str = ""            # sycl: dpctl filter string (opencl:cpu, level_zero:gpu:0); "" = default
     sycl_form: str = "jit"           # sycl: jit (kernels compiled at run time) | aot (icpx) | opencl (OpenCL C)
     tune_budget: int = 3             # @kf.param settings the inner tuner measures per candidate (0: off)

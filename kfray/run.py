@@ -108,6 +108,14 @@ class Coordinator:
     # --- set-up --------------------------------------------------------------------------------
     def _start_actors(self):
         self.classes: list[HardwareClass] = []
+        if any(e.share_cache for e in self.class_cfgs):
+            from kfray.eval.compile_cache import CacheServer
+            self.cache_server = ray.remote(CacheServer).options(
+                name=f"{self.name}-compile-cache", num_cpus=0).remote()
+            self.actors.append(self.cache_server)
+            for e in self.class_cfgs:
+                if e.share_cache:
+                    e.cache_server = f"{self.name}-compile-cache"
         for n, e in enumerate(self.class_cfgs):
             count = e.evaluators
             if count == 0 and e.backend == "cuda":
@@ -460,6 +468,7 @@ class Coordinator:
         nodes = ray.get([isl.node.remote() for st in states.values() for isl in st.islands])
         self.placement.update({f"island-{s['task']}-{s['index']}": n for s, n in zip(island_states, nodes)})
         self.store.set_meta(placement=self.placement)
+        cache = self._cache_stats()
         self.store.save_islands(island_states)
         self._save_prompts(force=True)
         prompts = ray.get(self.evolver.all_prompts.remote())
@@ -501,6 +510,7 @@ class Coordinator:
             "prompt_generations": len({p["generation"] for p in prompts}),
             "evaluated": sum(st.evaluated for st in states.values()),
             "hardware_classes": [c.label for c in self.classes],
+            "compile_cache": cache,
             "cross_hardware": self.cross_hardware,
             "requeued": sum(c.queue.requeued for c in self.classes),
             "island_restores": self.island_restores,
@@ -513,6 +523,17 @@ class Coordinator:
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
         self.store.set_meta(status="finished", finished=time.time())
         return summary
+
+    def _cache_stats(self) -> dict:
+        """Compile-cache hits over every evaluator: local, fetched from another node, compiled."""
+        try:
+            per = ray.get([ev.stats.remote() for ev in self.evaluators], timeout=30)
+        except Exception:
+            return {}
+        tot = {k: sum(p["compile_cache"].get(k, 0) for p in per) for k in ("hits", "remote_hits", "misses")}
+        n = sum(tot.values())
+        tot["hit_rate"] = round((tot["hits"] + tot["remote_hits"]) / n, 4) if n else 0.0
+        return tot
 
     def _shutdown(self):
         evs = getattr(self, "evaluators", [])

@@ -2,6 +2,8 @@
 
 Builds are written to a temporary name and renamed into place, so a crash never leaves a half
 file under a valid key, and concurrent evaluators (or nodes sharing the folder) can race safely.
+Across the nodes of a cluster, a `CacheServer` actor holds every build the run made: a node that
+misses locally fetches it from there before it compiles, so nothing is compiled twice anywhere.
 """
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import hashlib
 import json
 import os
 import threading
+from collections import OrderedDict
 from pathlib import Path
 
 
@@ -17,11 +20,23 @@ def default_root() -> Path:
 
 
 class CompileCache:
-    def __init__(self, root: str | Path | None = None):
+    def __init__(self, root: str | Path | None = None, server: str = ""):
         self.root = Path(root) if root else default_root()
         self.root.mkdir(parents=True, exist_ok=True)
+        self.server_name = server
+        self._server = None
         self.hits = 0
+        self.remote_hits = 0
         self.misses = 0
+
+    def _remote(self):
+        if self.server_name and self._server is None:
+            import ray
+            try:
+                self._server = ray.get_actor(self.server_name)
+            except ValueError:
+                self.server_name = ""            # no server (yet): work locally
+        return self._server
 
     @staticmethod
     def key(**parts) -> str:
@@ -35,6 +50,16 @@ class CompileCache:
         if p.exists():
             self.hits += 1
             return p
+        server = self._remote()
+        if server is not None:
+            import ray
+            for sfx, data in (ray.get(server.get.remote(key)) or {}).items():
+                tmp = self.temp_path(key, sfx)
+                tmp.write_bytes(data)
+                os.replace(tmp, self.path(key, sfx))
+            if p.exists():
+                self.remote_hits += 1
+                return p
         self.misses += 1
         return None
 
@@ -48,8 +73,46 @@ class CompileCache:
     def commit(self, tmp: Path, key: str, suffix: str) -> Path:
         final = self.path(key, suffix)
         os.replace(tmp, final)
+        server = self._remote()
+        if server is not None:
+            server.put.remote(key, suffix, final.read_bytes())     # fire and forget
         return final
 
     def stats(self) -> dict:
-        total = self.hits + self.misses
-        return {"hits": self.hits, "misses": self.misses, "hit_rate": self.hits / total if total else 0.0}
+        hits = self.hits + self.remote_hits
+        total = hits + self.misses
+        return {"hits": self.hits, "remote_hits": self.remote_hits, "misses": self.misses,
+                "hit_rate": hits / total if total else 0.0}
+
+
+class CacheServer:
+    """The run's shared compile cache (a Ray actor): key -> {suffix: bytes}, oldest dropped first."""
+
+    def __init__(self, max_bytes: int = 2 << 30):
+        self.entries: OrderedDict[str, dict[str, bytes]] = OrderedDict()
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self.gets = 0
+        self.served = 0
+        self.puts = 0
+
+    def get(self, key: str) -> dict[str, bytes] | None:
+        self.gets += 1
+        entry = self.entries.get(key)
+        if entry is not None:
+            self.served += 1
+            self.entries.move_to_end(key)
+        return entry
+
+    def put(self, key: str, suffix: str, data: bytes) -> None:
+        self.puts += 1
+        entry = self.entries.setdefault(key, {})
+        self.bytes += len(data) - len(entry.get(suffix, b""))
+        entry[suffix] = data
+        while self.bytes > self.max_bytes and len(self.entries) > 1:
+            _, old = self.entries.popitem(last=False)
+            self.bytes -= sum(len(v) for v in old.values())
+
+    def stats(self) -> dict:
+        return {"entries": len(self.entries), "bytes": self.bytes, "gets": self.gets, "served": self.served,
+                "puts": self.puts}

@@ -73,7 +73,7 @@ class CpuBackend(Backend):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        self.cache = CompileCache(cfg.cache_dir or None)
+        self.cache = CompileCache(cfg.cache_dir or None, cfg.cache_server)
 
     def hardware_class(self) -> str:
         return "cpu"

@@ -404,7 +404,7 @@ class CudaBackend(Backend):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        self.cache = CompileCache(cfg.cache_dir or None)
+        self.cache = CompileCache(cfg.cache_dir or None, cfg.cache_server)
         self.arch = _detect_arch(cfg)
         self._facts: dict[str, Any] | None = None
         # sandbox state

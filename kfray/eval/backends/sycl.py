@@ -340,7 +340,7 @@ class SyclBackend(Backend):
         if self.form not in FORM_LANGUAGE:
             raise BackendError(f"eval.sycl_form must be one of {', '.join(FORM_LANGUAGE)}, got {self.form!r}")
         self.language = FORM_LANGUAGE[self.form]
-        self.cache = CompileCache(cfg.cache_dir or None)
+        self.cache = CompileCache(cfg.cache_dir or None, cfg.cache_server)
         self._device = None
         self._facts: dict[str, Any] | None = None
         self._tools: rt.HostTools | None = None

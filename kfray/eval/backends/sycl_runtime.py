@@ -315,11 +315,15 @@ def _build(cxx: str, root: SyclRoot, out: Path, tools: HostTools) -> None:
 
 
 def main(argv: list[str]) -> None:
-    """`python -m kfray.eval.backends.sycl [FILTER]`: the devices, the selected one, Ray resources."""
+    """`python -m kfray.eval.backends.sycl [FILTER | --resources]`: the devices, the selected one,
+    and the Ray resources of this node (`--resources` prints only those, as JSON)."""
     import json
 
     if argv[:1] == ["--probe"]:
         print(json.dumps(_probe_main(argv[1] if len(argv) > 1 else "")))
+        return
+    if argv[:1] == ["--resources"]:      # for `ray start --resources "$(...)"` in cluster scripts
+        print(json.dumps(node_resources()))
         return
     report = _probe_main(argv[0] if argv else "")
     for d in report["devices"]:
