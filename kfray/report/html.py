@@ -136,6 +136,18 @@ def _summary_rows(run: Run) -> list[list]:
     return rows
 
 
+def cross_hardware_rows(run: Run) -> list[list]:
+    """Migrants timed again on other hardware (origin migrant:<class>), beside their original timing."""
+    by_id = {c["id"]: c for c in run.cands}
+    rows = []
+    for c in run.cands:
+        src = by_id.get(c.get("parent_id") or "")
+        if str(c.get("origin", "")).startswith("migrant:") and src is not None:
+            rows.append([c["task"], src["id"], src["hardware"], f"{src['speedup']:.3f}x", c["hardware"],
+                         f"{c['speedup']:.3f}x", c["tier"]])
+    return rows
+
+
 def write_report(run_dir: str | Path, out: str | Path | None = None) -> tuple[Path, list[Path]]:
     """Write the HTML report and its PNGs; returns (html path, png paths)."""
     run = load_run(run_dir)
@@ -164,6 +176,10 @@ def write_report(run_dir: str | Path, out: str | Path | None = None) -> tuple[Pa
     body.append("<details><summary>device facts and configuration</summary><pre>"
                 + escape(json.dumps({"device_facts": m.get("device_facts"), "config": m.get("config")}, indent=1))
                 + "</pre></details>")
+    cross = cross_hardware_rows(run)
+    if cross:
+        body.append("<h2>Across hardware: kernels tuned on A, timed on B</h2>" + _table(
+            ["task", "kernel", "tuned on", "speedup there", "timed on", "speedup there", "tier there"], cross))
     if not run.cands:
         body.append('<p class="muted">No candidate has been evaluated yet.</p>')
     else:
