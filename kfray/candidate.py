@@ -83,8 +83,11 @@ class EvalResult:
 
     @property
     def speedup(self) -> float:
-        """Geometric mean over shape configs of reference time / candidate time (0 if not correct)."""
-        if not self.correct or not self.times:
+        """Geometric mean over shape configs of reference time / candidate time (0 if not correct).
+
+        0 as well when the evaluator flagged the timing as untrusted (`facts["untrusted"]`: faster
+        than the device's roofline allows): such a result is never better than correct-and-slow."""
+        if not self.correct or not self.times or self.facts.get("untrusted"):
             return 0.0
         ratios = [self.ref_times[k] / t for k, t in self.times.items() if t > 0 and k in self.ref_times]
         if not ratios:

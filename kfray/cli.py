@@ -21,6 +21,7 @@ def _cmd_run(args) -> int:
         cfg.address = args.address
     if args.task:
         cfg.tasks = args.task
+    preflight_llm(cfg.proposer)
     summary = run_search(cfg, args.run_dir, progress=not args.quiet)
     print_summary(summary)
     print(f"run folder: {summary['run_dir']} (summary.json, kfray.db, best/)")
@@ -31,9 +32,62 @@ def _cmd_resume(args) -> int:
     from kfray.report import print_summary
     from kfray.run import resume_search
 
+    cfg = _stored_config(args.run_dir)
+    if cfg is not None:
+        preflight_llm(cfg.proposer)
     summary = resume_search(args.run_dir, progress=not args.quiet)
     print_summary(summary)
     return 0
+
+
+def _stored_config(run_dir: str):
+    """The configuration a run folder's database holds, or None (resume_search then says why)."""
+    from pathlib import Path
+
+    from kfray.config import config_from_dict
+    from kfray.store import Store
+
+    db = Path(run_dir) / "kfray.db"
+    if not db.is_file():
+        return None
+    try:
+        store = Store(db)
+        try:
+            meta = store.meta()
+        finally:
+            store.close()
+        return config_from_dict(meta["config"], where=str(db)) if "config" in meta else None
+    except KfrayError:
+        raise
+    except Exception:
+        return None
+
+
+def preflight_llm(proposer_cfg) -> None:
+    """With the LLM proposer, call each endpoint once before anything starts: a run against an
+    endpoint that does not answer fails at once with one line, instead of filling its budget with
+    tier-0 candidates after minutes of retries."""
+    if getattr(proposer_cfg, "kind", "") != "llm":
+        return
+    import openai
+
+    from kfray.proposers.llm import LLMProposer
+
+    proposer = LLMProposer(proposer_cfg)            # ConfigError: no endpoint, no model, no key
+    clients = getattr(proposer, "clients", None) or {proposer.model: (proposer.client, proposer.base_url)}
+    endpoints = {url: client for client, url in clients.values()}
+    for url, client in endpoints.items():
+        try:
+            client.with_options(timeout=10.0, max_retries=0).models.list()
+        except openai.APIConnectionError as e:     # refused, DNS, TLS, time-out
+            raise KfrayError(f"the LLM endpoint {url} does not answer ({type(e).__name__}: {e}); start the "
+                             "server, or fix proposer.base_url (or $OPENAI_BASE_URL), or run with "
+                             "--set proposer.kind=offline") from None
+        except (openai.AuthenticationError, openai.PermissionDeniedError) as e:
+            raise KfrayError(f"the LLM endpoint {url} refused the API key (HTTP {e.status_code}); set the key "
+                             f"in ${proposer_cfg.api_key_env} (proposer.api_key_env names the variable)") from None
+        except openai.APIStatusError:
+            pass                                    # it answered (some servers have no /models): reachable
 
 
 def _cmd_status(args) -> int:
@@ -115,16 +169,44 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _kfray_cause(e: BaseException) -> KfrayError | None:
+    """The KfrayError behind `e`: itself, or what a Ray actor or task raised (RayTaskError.cause,
+    ActorDiedError's creation-task error), so a compiler missing on an evaluator's node reads the
+    same as one missing here."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        cause = getattr(e, "cause", None)
+        if isinstance(cause, BaseException):
+            e = cause
+            continue
+        if isinstance(e, KfrayError):
+            return e
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def _error(e: KfrayError) -> int:
+    import os
+
+    print(f"kfray: error: {e}", file=sys.stderr)
+    # Other evaluations that failed the same way would print their tracebacks at exit.
+    os.environ["RAY_IGNORE_UNHANDLED_ERRORS"] = "1"
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
-    except KfrayError as e:
-        print(f"kfray: error: {e}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("kfray: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:
+        cause = _kfray_cause(e)
+        if cause is None:
+            raise
+        return _error(cause)
 
 
 if __name__ == "__main__":

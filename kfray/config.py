@@ -68,6 +68,8 @@ class EvalConfig:
     sycl_device: str = ""            # sycl: dpctl filter string (opencl:cpu, level_zero:gpu:0); "" = default
     sycl_form: str = "jit"           # sycl: jit (kernels compiled at run time) | aot (icpx) | opencl (OpenCL C)
     tune_budget: int = 3             # @kf.param settings the inner tuner measures per candidate (0: off)
+    max_roofline_fraction: float = 1.5   # flag (and never trust) a speedup above this x the device's
+                                     # measured copy bandwidth / fp32 rate; 0: no check
 
 
 @dataclass
@@ -218,6 +220,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Ru
             raise ConfigError(f"config file {where} does not exist")
         try:
             data = yaml.safe_load(p.read_text()) or {}
+        except (UnicodeDecodeError, OSError) as e:
+            raise ConfigError(f"{where}: cannot be read as a UTF-8 text file ({type(e).__name__}: {e})") from None
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None)
             loc = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""

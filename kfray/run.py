@@ -215,6 +215,10 @@ class Coordinator:
     def _load_progress(self, states: dict[str, TaskState]):
         """Resume: what the database already holds is spent budget and is never evaluated again."""
         for ref, st in states.items():
+            # The hash each candidate had when proposed: the inner tuner may have changed its stored
+            # params since, and the same proposal must not be evaluated again after a resume.
+            for row in self.store.rows("SELECT src_hash, hardware FROM candidates WHERE task = ?", (ref,)):
+                st.seen.add(((self.by_label.get(row["hardware"]) or self.classes[0]).label, row["src_hash"]))
             for c, r in self.store.evaluated(ref):
                 st.spent += 1
                 hc = self.by_label.get(r.hardware) or self.classes[0]
@@ -378,6 +382,11 @@ class Coordinator:
                     except ray.exceptions.RayActorError:
                         self._recover_island(st, i, pairs)
                         continue
+                    if info["summary"]["generation"] != st.generations[i] + 1:
+                        # Killed between calls, Ray restarted it empty and it ingested into nothing:
+                        # its checkpoint back, plus this batch.
+                        self._recover_island(st, i, pairs)
+                        continue
                     mine = {c["id"] for c, _ in pairs if c["island"] == i}   # not known kernels of others
                     self.store.set_outcomes([(r["candidate_id"], r["outcome"]) for r in info["records"]
                                              if r["candidate_id"] in mine])
@@ -393,7 +402,10 @@ class Coordinator:
                     if info["new_prompts"]:
                         self._save_prompts()
                     if min(st.generations) >= st.next_migration:
-                        self._migrate(st, owner)
+                        try:
+                            self._migrate(st, owner)
+                        except ray.exceptions.RayActorError:
+                            pass    # an island died mid-migration: its next ingest brings it back
             results = self._poll()
             rows = []
             for label, c, r in results:
@@ -465,6 +477,13 @@ class Coordinator:
     # --- the end -------------------------------------------------------------------------------
     def _finish(self, states: dict[str, TaskState], t_start: float) -> dict[str, Any]:
         island_states = ray.get([isl.state.remote() for st in states.values() for isl in st.islands])
+        k = 0
+        for st in states.values():     # an island Ray restarted after its last call answers empty
+            for i, isl in enumerate(st.islands):
+                if island_states[k]["generation"] != st.generations[i]:
+                    self._recover_island(st, i)
+                    island_states[k] = ray.get(isl.state.remote())
+                k += 1
         nodes = ray.get([isl.node.remote() for st in states.values() for isl in st.islands])
         self.placement.update({f"island-{s['task']}-{s['index']}": n for s, n in zip(island_states, nodes)})
         self.store.set_meta(placement=self.placement)

@@ -30,6 +30,11 @@ CREATE TABLE IF NOT EXISTS prompts (
   uses INTEGER, reports INTEGER, mean REAL, best REAL, alive INTEGER);
 CREATE TABLE IF NOT EXISTS islands (
   task TEXT, island INTEGER, generation INTEGER, state TEXT, updated REAL, PRIMARY KEY (task, island));
+CREATE TABLE IF NOT EXISTS transitions (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, task TEXT, island INTEGER, generation INTEGER,
+  parent_id TEXT, child_id TEXT, parent_cell TEXT, child_cell TEXT, parent_fitness REAL,
+  child_fitness REAL, delta REAL, outcome TEXT, kind TEXT, origin TEXT, created REAL);
+CREATE INDEX IF NOT EXISTS trans_task ON transitions(task, island);
 """
 
 
@@ -78,6 +83,32 @@ class Store:
     def set_outcomes(self, pairs: list[tuple[str, str]]) -> None:
         self._tx("UPDATE candidates SET outcome = ? WHERE id = ?", [(o, i) for i, o in pairs])
 
+    def add_transitions(self, task: str, records: list[dict], own: set | None = None) -> None:
+        """Parent -> child transitions from an island's ingest records (those with a parent cell),
+        in one transaction. A record whose `params` the inner tuner changed also updates the
+        candidate's stored parameters, when the candidate is in `own` (None: any)."""
+        now = time.time()
+        self._tx("INSERT INTO transitions (task, island, generation, parent_id, child_id, parent_cell, child_cell, "
+                 "parent_fitness, child_fitness, delta, outcome, kind, origin, created) "
+                 "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", [
+                     (task, r.get("island"), r.get("generation"), r.get("parent_id"), r["candidate_id"],
+                      json.dumps(r["parent_cell"]), json.dumps(r.get("child_cell")), r["parent_fitness"],
+                      r["fitness"], r["improvement"], r["outcome"], r.get("kind"), r.get("origin"), now)
+                     for r in records if r.get("parent_cell") is not None])
+        self._tx("UPDATE candidates SET params = ? WHERE id = ?",
+                 [(json.dumps(r["params"]), r["candidate_id"]) for r in records
+                  if r.get("params") and (own is None or r["candidate_id"] in own)])
+
+    def transitions(self, task: str | None = None) -> list[dict]:
+        q, a = ("SELECT * FROM transitions WHERE task = ? ORDER BY id", (task,)) if task else \
+            ("SELECT * FROM transitions ORDER BY id", ())
+        out = []
+        for r in self.rows(q, a):
+            d = dict(r)
+            d["parent_cell"], d["child_cell"] = json.loads(d["parent_cell"]), json.loads(d["child_cell"] or "null")
+            out.append(d)
+        return out
+
     def add_migrations(self, rows: list[tuple[str, int, int, int, str, bool]]) -> None:
         now = time.time()
         self._tx("INSERT INTO migrations (task, round, src, dst, candidate_id, accepted, created) "
@@ -112,7 +143,7 @@ class Store:
         return [_from_row(r) for r in self.rows(q, a)]
 
     def count(self, table: str) -> int:
-        assert table in ("candidates", "migrations", "prompts", "islands")
+        assert table in ("candidates", "migrations", "prompts", "islands", "transitions")
         return self.db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
 
 

@@ -32,7 +32,7 @@ def throughput(n: int, sim: float, per_evaluator: int, work: Path) -> dict:
     islands = max(2, n)
     cfg = load_config(None, ["tasks=[axpb@tiny]", "eval.backend=sim", f"eval.simulate_s={sim}",
                              f"eval.evaluators={n}", "eval.num_cpus=0", "eval.trials=1", "eval.repeats=2",
-                             "eval.min_time_s=0", f"search.islands={islands}", "search.batch=3",
+                             "eval.min_time_s=0", "eval.tune_budget=0", f"search.islands={islands}", "search.batch=3",
                              f"search.budget={per_evaluator * n + 3}", "search.migrate_every=3"])
     t0 = time.process_time()
     summary = run_search(cfg, work / f"n{n}", progress=False)

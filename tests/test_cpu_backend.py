@@ -16,7 +16,8 @@ SIG = 'extern "C" int kf_forward(const float* x, float* y, float a, float b, int
 
 @pytest.fixture(scope="module")
 def evaluator(tmp_path_factory):
-    ev = Evaluator("cpu", EvalConfig(cache_dir=str(tmp_path_factory.mktemp("cache")), timeout_s=20))
+    # tune_budget=0: these tests are about one build and one run (the tuner has its own tests)
+    ev = Evaluator("cpu", EvalConfig(cache_dir=str(tmp_path_factory.mktemp("cache")), timeout_s=20, tune_budget=0))
     yield ev
     ev.shutdown()
 

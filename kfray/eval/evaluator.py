@@ -37,9 +37,15 @@ class Evaluator:
         return {"name": self.name, "hardware": self.backend.hardware_class(),
                 "facts": self.backend.device_facts(), "pid": os.getpid(), "node": _node_id()}
 
-    def evaluate(self, cand: dict | Candidate, task_ref: str | None = None) -> dict:
-        """Compile, check and time one candidate; every failure is a result, never an exception."""
+    def evaluate(self, cand: dict | Candidate, task_ref: str | None = None, tune: bool = True) -> dict:
+        """Compile, check and time one candidate; every failure is a result, never an exception.
+        With `eval.tune_budget`, a candidate with @kf.param tunables is tuned (kfray.eval.tuner)."""
         c = cand if isinstance(cand, Candidate) else Candidate.from_dict(cand)
+        if tune and self.cfg.tune_budget > 0 and c.source.strip():
+            from kfray.eval.tuner import tune_candidate
+            tuned = tune_candidate(self, c, task_ref)   # None: nothing to tune
+            if tuned is not None:
+                return tuned
         res = EvalResult(candidate_id=c.id, tier=TIER_NO_CODE, hardware=self.backend.hardware_class(),
                          evaluator=self.name)
         self.evaluated += 1

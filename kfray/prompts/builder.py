@@ -57,6 +57,19 @@ def _elite_header(e: Elite) -> str:
     return f"params: {params}; fitness {e.result.fitness:.3f} (tier {e.result.tier})"
 
 
+def _tuning(e: Elite, limit: int = 6) -> str:
+    """The inner tuner's measurements of an elite's @kf.param settings, one short line each."""
+    rows = (e.result.facts or {}).get("tuning") or []
+    lines = []
+    for t in rows[:limit]:
+        setting = ", ".join(f"{k}={v}" for k, v in (t.get("params") or {}).items()) or "default"
+        how = f"{t.get('speedup', 0.0):.3f}x" if t.get("tier") == 5 else f"failed (tier {t.get('tier')})"
+        lines.append(f"- {setting}: {how}")
+    if len(rows) > limit:
+        lines.append(f"- ... {len(rows) - limit} more settings measured")
+    return "\n".join(lines)
+
+
 def system_message(ctx: ProposalContext) -> str:
     text = ("You are an expert GPU and CPU kernel engineer. You write correct, fast kernels, "
             "reason about memory traffic, parallelism and the hardware, and answer with exactly "
@@ -100,6 +113,9 @@ def user_message(ctx: ProposalContext) -> str:
         parts.append(_section("Parent kernel (improve this)",
                               f"{_elite_header(p)}\n{_code(p.candidate.source, lang, MAX_SOURCE_LINES)}\n"
                               f"Evaluation feedback: {p.result.feedback()}"))
+        tuning = _tuning(p)
+        if tuning:
+            parts.append(_section("Parameter settings measured for the parent (best first)", tuning))
     else:
         seed = task.baseline_seed(lang)
         if seed is not None:

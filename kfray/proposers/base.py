@@ -43,6 +43,8 @@ class ProposalContext:
     generation: int
     directives: list[str] = field(default_factory=list)  # short steering lines (QD gradient, tuner)
     occupied: set = field(default_factory=set)          # cells the island's archive already holds
+    gradient: tuple | None = None     # the QD gradient per dimension (positive: stepping up pays)
+    uniform: bool = False             # random search: uniform operators and parameters, no steering
 
 
 class Proposer(ABC):
@@ -52,3 +54,18 @@ class Proposer(ABC):
 
     @abstractmethod
     def propose(self, ctx: ProposalContext, rng) -> Candidate: ...
+
+    @property
+    def exhausted(self) -> bool:
+        """True once the proposer's budget (tokens, cost) is spent: the island stops proposing."""
+        return False
+
+    def feedback(self, cand: Candidate, record: dict) -> None:
+        """What became of a child this proposer wrote (an island's ingest record); default: ignored."""
+
+    def usage_by_model(self) -> dict:
+        """Token and cost accounting, per model ({} for proposers that call no model)."""
+        return {}
+
+    def restore_usage(self, usage: dict) -> None:
+        """Resume: accounting from an island checkpoint (spend before a restart still counts)."""

@@ -49,31 +49,96 @@ def extract_code(text: str, language: str) -> str | None:
 
 
 class LLMProposer(Proposer):
-    """Proposes children by asking a chat model; also rewrites meta-prompts for the PromptEvolver."""
+    """Proposes children by asking a chat model; also rewrites meta-prompts for the PromptEvolver.
+
+    With `proposer.models` it chooses among several models per call (by weight, or by a UCB bandit
+    over the improvement each model's children brought), accounts tokens and cost per model in a
+    `Ledger` (shared by all islands when `ledger` is a RemoteLedger), and reports `exhausted` once
+    `proposer.max_cost` or `proposer.token_budget` is spent."""
 
     name = "llm"
 
-    def __init__(self, cfg: ProposerConfig):
+    def __init__(self, cfg: ProposerConfig, ledger=None):
+        from kfray.proposers.models import Ledger, ModelSpec, parse_models
+
         self.cfg = cfg
         self.base_url = (cfg.base_url or os.environ.get("OPENAI_BASE_URL", "")).strip()
-        self.model = (cfg.model or os.environ.get("KFRAY_MODEL", "")).strip()
+        specs = parse_models(cfg)
+        if not specs:
+            model = (cfg.model or os.environ.get("KFRAY_MODEL", "")).strip()
+            if not model:
+                raise ConfigError("LLM proposer: no model; set proposer.model (or proposer.models) in the "
+                                  "config or the KFRAY_MODEL environment variable")
+            specs = [ModelSpec(model=model)]
+        self.models = specs
+        self.model = specs[0].model
+        self.clients: dict[str, tuple[openai.OpenAI, str]] = {}   # model -> (client, base url)
+        by_endpoint: dict[tuple[str, str], openai.OpenAI] = {}
+        for spec in specs:
+            url = (spec.base_url or self.base_url).strip()
+            if not url:
+                raise ConfigError("LLM proposer: no endpoint; set proposer.base_url in the config "
+                                  "or the OPENAI_BASE_URL environment variable"
+                                  + (f" (or base_url of model {spec.model})" if len(specs) > 1 else ""))
+            key_env = spec.api_key_env or cfg.api_key_env
+            key = os.environ.get(key_env, "")
+            if not key:
+                if urlparse(url).hostname in _LOCAL_HOSTS:
+                    key = "EMPTY"  # local servers (vLLM, llama.cpp) accept any key
+                else:
+                    raise ConfigError(f"LLM proposer: endpoint {url} needs an API key; "
+                                      f"set the environment variable {key_env} "
+                                      f"(or proposer.api_key_env to the variable that holds it)")
+            if (url, key) not in by_endpoint:
+                by_endpoint[(url, key)] = openai.OpenAI(base_url=url, api_key=key, max_retries=0,
+                                                        timeout=cfg.timeout_s)
+            self.clients[spec.model] = (by_endpoint[(url, key)], url)
         if not self.base_url:
-            raise ConfigError("LLM proposer: no endpoint; set proposer.base_url in the config "
-                              "or the OPENAI_BASE_URL environment variable")
-        if not self.model:
-            raise ConfigError("LLM proposer: no model; set proposer.model in the config "
-                              "or the KFRAY_MODEL environment variable")
-        key = os.environ.get(cfg.api_key_env, "")
-        if not key:
-            if urlparse(self.base_url).hostname in _LOCAL_HOSTS:
-                key = "EMPTY"  # local servers (vLLM, llama.cpp) accept any key
-            else:
-                raise ConfigError(f"LLM proposer: endpoint {self.base_url} needs an API key; "
-                                  f"set the environment variable {cfg.api_key_env} "
-                                  f"(or proposer.api_key_env to the variable that holds it)")
-        self.client = openai.OpenAI(base_url=self.base_url, api_key=key, max_retries=0,
-                                    timeout=cfg.timeout_s)
+            self.base_url = self.clients[self.model][1]
+        self.client = self.clients[self.model][0]
+        self.ledger = ledger if ledger is not None else Ledger()
+        self.pending: dict[str, int] = {}       # model -> children not yet scored
         self.usage = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "failures": 0}
+
+    # -- choosing a model, accounting ------------------------------------------------------------
+
+    def choose(self, rng=None):
+        """The ModelSpec for the next call (weights, or the UCB bandit when proposer.bandit is on)."""
+        import random as _random
+
+        from kfray.proposers.models import choose_model
+
+        if len(self.models) == 1:
+            return self.models[0]
+        snap = self.ledger.snapshot() if getattr(self.cfg, "bandit", False) else {}
+        return choose_model(self.models, snap, rng if rng is not None else _random, self.cfg.bandit,
+                            self.cfg.bandit_c, self.cfg.bandit_cost, self.pending)
+
+    @property
+    def exhausted(self) -> bool:
+        from kfray.proposers.models import over_budget
+
+        if not (self.cfg.max_cost > 0 or self.cfg.token_budget > 0):
+            return False
+        return over_budget(self.ledger.snapshot(), self.cfg.max_cost, self.cfg.token_budget)
+
+    def feedback(self, cand: Candidate, record: dict) -> None:
+        """Score the model that wrote `cand` by its child's improvement (for the bandit)."""
+        from kfray.proposers.models import reward
+
+        origin = record.get("origin") or cand.origin
+        model = origin[4:] if origin.startswith("llm:") else ""
+        if model not in self.clients:
+            return
+        self.pending[model] = max(0, self.pending.get(model, 0) - 1)
+        self.ledger.reward(model, reward(float(record.get("improvement", 0.0))))
+
+    def usage_by_model(self) -> dict:
+        return self.ledger.snapshot()
+
+    def restore_usage(self, usage: dict) -> None:
+        if usage:
+            self.ledger.floor(usage)
 
     # -- the chat call -------------------------------------------------------------------------
 
@@ -95,26 +160,32 @@ class LLMProposer(Proposer):
             return True
         return isinstance(err, openai.APIStatusError) and err.status_code >= 500
 
-    def complete(self, messages: list[dict]) -> str:
+    def complete(self, messages: list[dict], spec=None) -> str:
         """One chat completion, with our retries. Raises KfrayError naming the endpoint on failure."""
+        spec = spec or self.choose()
+        client, url = self.clients[spec.model]
         attempts = self.cfg.max_retries + 1
         for attempt in range(attempts):
             try:
-                resp = self.client.chat.completions.create(
-                    model=self.model, messages=messages,
+                resp = client.chat.completions.create(
+                    model=spec.model, messages=messages,
                     temperature=self.cfg.temperature, max_tokens=self.cfg.max_tokens)
             except openai.OpenAIError as e:
                 if self._retryable(e) and attempt + 1 < attempts:
                     time.sleep(self._delay(e, attempt))
                     continue
                 self.usage["failures"] += 1
+                self.ledger.charge(spec.model, 0, 0, 0.0, failed=True)
                 what = f"after {attempt + 1} attempts" if self._retryable(e) else "(not retried)"
-                raise KfrayError(f"LLM endpoint {self.base_url} (model {self.model}) failed {what}: "
+                raise KfrayError(f"LLM endpoint {url} (model {spec.model}) failed {what}: "
                                  f"{type(e).__name__}: {e}") from None
             self.usage["calls"] += 1
+            pt = ct = 0
             if resp.usage is not None:
-                self.usage["prompt_tokens"] += resp.usage.prompt_tokens or 0
-                self.usage["completion_tokens"] += resp.usage.completion_tokens or 0
+                pt, ct = resp.usage.prompt_tokens or 0, resp.usage.completion_tokens or 0
+                self.usage["prompt_tokens"] += pt
+                self.usage["completion_tokens"] += ct
+            self.ledger.charge(spec.model, pt, ct, spec.cost(pt, ct))
             if not resp.choices:
                 return ""
             return resp.choices[0].message.content or ""
@@ -125,12 +196,14 @@ class LLMProposer(Proposer):
     def propose(self, ctx: ProposalContext, rng) -> Candidate:
         t0 = time.monotonic()
         parent = ctx.parent.candidate if ctx.parent else None
+        spec = self.choose(rng)
         cand = Candidate(task=ctx.task.name, language=ctx.language, source="", island=ctx.island,
                          parent_id=parent.id if parent else None,
                          prompt_id=ctx.meta_prompt.id if ctx.meta_prompt else None,
-                         origin=f"llm:{self.model}", generation=ctx.generation)
+                         origin=f"llm:{spec.model}", generation=ctx.generation)
+        self.pending[spec.model] = self.pending.get(spec.model, 0) + 1
         try:
-            text = self.complete(build_messages(ctx))
+            text = self.complete(build_messages(ctx), spec)
             code = extract_code(text, ctx.language)
             if code is None:
                 entry = {"opencl": "__kernel", "sycl_jit": "@kf.launch"}.get(ctx.language, "kf_forward")

@@ -6,7 +6,9 @@ thread-parallel pragmas of OpenMP loops, and contract multiply-adds into fma. Li
 for a target cell, it tries several edits and prefers one that lands in the target cell, or
 else in a cell the island has not filled yet.
 Meta-prompt hints raise the weight of the operators they name, so the co-evolved prompts steer
-this proposer too.
+this proposer too, and so does the QD gradient: among its edits it favours one that steps up a
+dimension the gradient says pays off. With `ctx.uniform` (the random-search baseline) nothing
+steers it: operators are drawn uniformly and parameters uniformly from the declared space.
 """
 from __future__ import annotations
 
@@ -50,6 +52,18 @@ def _mutate_params(source: str, params: dict, rng: random.Random) -> dict | None
     return None
 
 
+def _random_params(source: str, rng: random.Random) -> dict | None:
+    """A setting drawn uniformly from the declared values (re-drawn until the requires allow it)."""
+    space = parse_params(source)
+    if not space.values:
+        return None
+    for _ in range(50):
+        p = {k: rng.choice(v) for k, v in space.values.items()}
+        if space.allows(p):
+            return p
+    return None
+
+
 def _fit_params(source: str, wanted: dict, rng: random.Random) -> dict:
     """Parameters for `source`: keep wanted values that are legal there, draw the rest."""
     space = parse_params(source)
@@ -86,10 +100,11 @@ class OfflineProposer(Proposer):
             src, params = ctx.parent.candidate.source, dict(ctx.parent.candidate.params)
             parent_id = ctx.parent.candidate.id
         weights = {op: 1.0 for op in OPERATORS}
-        weights["mutate_params"] = 2.0
-        for hint in (ctx.meta_prompt.hints if ctx.meta_prompt else []):
-            if hint in weights:
-                weights[hint] += 1.0
+        if not ctx.uniform:
+            weights["mutate_params"] = 2.0
+            for hint in (ctx.meta_prompt.hints if ctx.meta_prompt else []):
+                if hint in weights:
+                    weights[hint] += 1.0
         ops = list(weights)
         options = []
         for _ in range(3 * TRIES):   # not every operator applies to every source
@@ -101,12 +116,28 @@ class OfflineProposer(Proposer):
                 break
         if not options:
             options = [("mutate_params", src, _mutate_params(src, params, rng) or params)]
+        if ctx.uniform:
+            op, new_src, new_params = options[0]
+            return Candidate(task=ctx.task.name, language=ctx.language, source=new_src, params=new_params,
+                             island=ctx.island, parent_id=parent_id,
+                             prompt_id=ctx.meta_prompt.id if ctx.meta_prompt else None,
+                             origin=f"offline:{op}", generation=ctx.generation,
+                             propose_seconds=time.perf_counter() - t0)
         cells = [describe(o[1], ctx.language) for o in options]
+        uphill = []
+        if ctx.gradient is not None and ctx.parent is not None:
+            here = tuple(ctx.parent.candidate.cell)
+            score = [sum(g * (c[d] - here[d]) for d, g in enumerate(ctx.gradient)) if len(here) == len(c)
+                     else 0.0 for c in cells]
+            best = max(score)
+            uphill = [o for o, sc in zip(options, score) if sc > 0 and sc == best]
         on_target = [o for o, c in zip(options, cells) if ctx.target_cell is not None
                      and c == tuple(ctx.target_cell)]
         novel = [o for o, c in zip(options, cells) if c not in ctx.occupied]
         if on_target and rng.random() < 0.6:
             op, new_src, new_params = on_target[0]
+        elif uphill and rng.random() < 0.5:       # a step the QD gradient says pays off
+            op, new_src, new_params = uphill[0]
         elif novel and rng.random() < 0.5:        # a new cell is worth a try: quality *diversity*
             op, new_src, new_params = novel[0]
         else:
@@ -119,13 +150,15 @@ class OfflineProposer(Proposer):
 
     def _apply(self, op, src, params, ctx, seeds, rng):
         if op == "mutate_params":
-            p = _mutate_params(src, params, rng)
+            p = _random_params(src, rng) if ctx.uniform else _mutate_params(src, params, rng)
             return (src, p) if p is not None else None
         if op == "switch_strategy":
             others = [s for s in seeds if s.source != src]
             if not others:
                 return None
             s = rng.choice(others)
+            if ctx.uniform:
+                return s.source, _random_params(s.source, rng) or {}
             return s.source, _fit_params(s.source, params, rng)
         if op == "recombine":
             if not ctx.inspirations:

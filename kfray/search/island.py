@@ -5,18 +5,33 @@ the shared PromptEvolver for meta-prompts and reports outcomes back to it.
 """
 from __future__ import annotations
 
+import difflib
 import random
-import time
+import re
 from typing import Any, Callable
 
 from kfray.candidate import Candidate, EvalResult
 from kfray.config import SearchConfig
 from kfray.proposers.base import Elite, MetaPrompt, ProposalContext, Proposer
 from kfray.search.archive import Archive
-from kfray.search.descriptors import describe
-from kfray.source import source_hash
+from kfray.search.descriptors import DIMENSIONS, describe, step_directive
+from kfray.search.qd_gradient import QDGradient, classify
+from kfray.source import normalize, parse_params, source_hash
 from kfray.search.sampling import select_inspirations, select_parent, target_cell
 from kfray.tasks import load_task
+
+GRID = (4, 4, 4)
+_TOKEN = re.compile(r"\w+|\S")
+
+
+def source_similarity(a: str, b: str) -> float:
+    """Similarity in [0, 1] of two sources: difflib's ratio over the tokens of their normalised
+    text (comments and whitespace do not count)."""
+    ta, tb = _TOKEN.findall(normalize(a)), _TOKEN.findall(normalize(b))
+    if not ta and not tb:
+        return 1.0
+    m = difflib.SequenceMatcher(None, ta, tb, autojunk=False)
+    return m.ratio()
 
 
 class Island:
@@ -32,54 +47,177 @@ class Island:
         self.proposer = proposer
         self.device_facts = device_facts or {}
         self.hardware = hardware
-        self.archive = Archive(min_gain=cfg.min_gain)
+        self.single = getattr(cfg, "archive", "map_elites") == "single"
+        dims = (1, 1, 1) if self.single else GRID
+        self.archive = Archive(dims=dims, min_gain=cfg.min_gain)
+        self.gradient = QDGradient(dims, cfg.qd_weights, cfg.qd_window)
         self.rng = random.Random(seed * 1000 + index)
         self.generation = 0
         self.evaluated = 0
         self.outcomes: dict[str, int] = {}
-        self._parents: dict[str, tuple[str | None, float]] = {}   # child id -> (parent id, parent fitness)
-        self.seen: set[str] = set()                                 # source hashes proposed or received
+        # child id -> (parent id, parent fitness, parent cell or None, the child's origin)
+        self._parents: dict[str, tuple] = {}
+        self._pending: dict[str, str] = {}     # proposal hash -> child id (known kernels come back as themselves)
+        self.seen: set[str] = set()            # source hashes proposed or received
+        self.seed_elites: list[Elite] = []
+        self.near_duplicates = 0
+        self.exhausted = False                 # the proposer's budget is spent: propose no more
+        self._stop_keys: set[str] = set()
+
+    @property
+    def qd_on(self) -> bool:
+        return self.cfg.parents == "archive" and not self.single and (
+            self.cfg.qd_weight > 0 or self.cfg.qd_directives or self.cfg.target_strategy == "specialize")
 
     def describe(self, cand: Candidate) -> Candidate:
-        cand.cell = describe(cand.source, cand.language) if cand.source.strip() else (0, 0, 0)
+        if self.single:
+            cand.cell = (0, 0, 0)
+        else:
+            cand.cell = describe(cand.source, cand.language) if cand.source.strip() else (0, 0, 0)
         return cand
 
-    def propose(self, n: int, meta_prompt: Callable[[], MetaPrompt | None] = lambda: None) -> list[Candidate]:
-        """n children of parents drawn from this island's archive."""
+    def is_near_duplicate(self, child: Candidate) -> bool:
+        """True when the elite of the child's own cell has the child's parameters and a source at
+        least `search.near_duplicate` similar: nothing new to learn from evaluating it."""
+        thr = self.cfg.near_duplicate
+        if thr <= 0 or not child.source.strip():
+            return False
+        e = self.archive.get(child.cell)
+        if e is None or dict(e.candidate.params) != dict(child.params):
+            return False
+        return source_similarity(e.candidate.source, child.source) >= thr
+
+    def directives(self, parent: Elite | None, target, gradient) -> list[str]:
+        """Short steering lines for the prompt: the step the target cell asks for, and the step the
+        QD gradient favours when it is another one."""
+        if parent is None or not parent.result.correct or target is None or self.single:
+            return []
+        here = tuple(parent.candidate.cell)
         out = []
-        for _ in range(n):
-            parent, _mode = select_parent(self.archive, self.rng, self.cfg.explore, self.cfg.exploit,
-                                          self.cfg.random)
-            ctx = ProposalContext(
-                task=self.task, language=self.language, parent=parent,
-                inspirations=select_inspirations(self.archive, parent, self.cfg.inspirations, self.rng),
-                target_cell=target_cell(self.archive, parent, self.rng), meta_prompt=meta_prompt(),
-                device_facts=self.device_facts, island=self.index, generation=self.generation + 1,
-                occupied=set(self.archive.cells()))
-            for _attempt in range(self.RETRIES):    # a child this island has seen teaches nothing
-                child = self.proposer.propose(ctx, self.rng)
-                key = source_hash(child.source, child.params)
-                if key not in self.seen or not child.source.strip():
-                    break
-            self.seen.add(key)
-            child = self.describe(child)
-            child.task = self.task_ref
-            self._parents[child.id] = (parent.candidate.id if parent else None,
-                                       parent.result.fitness if parent else 0.0)
-            out.append(child)
+        try:
+            for d, (a, b) in enumerate(zip(here, target)):
+                if b > a:
+                    out.append(f"Target {DIMENSIONS[d]} level {b}: "
+                               f"{step_directive(DIMENSIONS[d], b, self.language)}.")
+            if gradient is not None and self.cfg.qd_directives:
+                for d in self.gradient.favoured(gradient, here, threshold=0.05)[:1]:
+                    if target[d] <= here[d]:
+                        out.append(f"Raising {DIMENSIONS[d]} has paid off in this search (QD gradient "
+                                   f"{gradient[d]:+.2f}); consider: "
+                                   f"{step_directive(DIMENSIONS[d], here[d] + 1, self.language)}.")
+        except ValueError:      # a language without step directives
+            return out
         return out
 
+    def _stop_signal(self) -> Candidate:
+        """What an exhausted island hands back instead of nothing: the baseline seed again, which the
+        coordinator knows and passes straight back without evaluating it (no budget spent), so a
+        generation passes and the summary reports `exhausted`. Without seeds, an empty candidate."""
+        base = self.task.baseline_seed(self.language)
+        if base is not None:
+            c = Candidate(task=self.task_ref, language=self.language, source=base.source, island=self.index,
+                          params=parse_params(base.source).default(), origin="stop:budget")
+        else:
+            c = Candidate(task=self.task_ref, language=self.language, source="", island=self.index,
+                          origin="stop:budget", no_code_reason="the proposer's budget is spent")
+        self._stop_keys.add(source_hash(c.source, c.params) if c.source.strip() else c.id)
+        return self.describe(c)
+
+    def propose(self, n: int, meta_prompt: Callable[[], MetaPrompt | None] = lambda: None) -> list[Candidate]:
+        """n children of parents drawn from this island's archive (fewer once the proposer is exhausted)."""
+        out = []
+        for _ in range(n):
+            if self.proposer.exhausted:
+                self.exhausted = True
+                break
+            g = self.gradient.estimate(self.archive) if self.qd_on else None
+            if self.cfg.parents == "seeds":      # random search: children of the seeds, no feedback
+                parent = self.rng.choice(self.seed_elites) if self.seed_elites else None
+                inspirations, target, occupied = [], None, set()
+            else:
+                qd_w = (lambda els: self.gradient.parent_weights(self.archive, els, g)) if g is not None else None
+                parent, _mode = select_parent(self.archive, self.rng, self.cfg.explore, self.cfg.exploit,
+                                              self.cfg.random, qd_weights=qd_w,
+                                              qd_weight=self.cfg.qd_weight if g is not None else 0.0)
+                inspirations = select_inspirations(self.archive, parent, self.cfg.inspirations, self.rng)
+                target = target_cell(self.archive, parent, self.rng, self.cfg.target_strategy, g)
+                occupied = set(self.archive.cells())
+            ctx = ProposalContext(
+                task=self.task, language=self.language, parent=parent, inspirations=inspirations,
+                target_cell=target, meta_prompt=meta_prompt(),
+                device_facts=self.device_facts, island=self.index, generation=self.generation + 1,
+                directives=self.directives(parent, target, g), occupied=occupied,
+                gradient=g if self.cfg.qd_directives else None, uniform=self.cfg.parents == "seeds")
+            for _attempt in range(self.RETRIES):
+                child = self.describe(self.proposer.propose(ctx, self.rng))
+                if not child.source.strip():
+                    break
+                # A child this island has seen teaches nothing, nor does a near-duplicate of an
+                # elite: ask again (while the proposer's budget lasts); neither is evaluated.
+                fresh = source_hash(child.source, child.params) not in self.seen
+                if fresh and self.is_near_duplicate(child):
+                    self.near_duplicates += 1
+                    fresh = False
+                if fresh or self.proposer.exhausted:
+                    break
+            if child.source.strip():
+                key = source_hash(child.source, child.params)
+                self.seen.add(key)
+                self._pending[key] = child.id
+            child.task = self.task_ref
+            self._parents[child.id] = (parent.candidate.id if parent else None,
+                                       parent.result.fitness if parent else 0.0,
+                                       tuple(parent.candidate.cell) if parent else None, child.origin)
+            out.append(child)
+        if self.exhausted and not out:
+            out.append(self._stop_signal())
+        return out
+
+    def _settle(self, cand: Candidate, res: EvalResult) -> bool:
+        """Take the inner tuner's best setting as the candidate's parameters; True when it did."""
+        tuned = res.facts.get("tuned_params") if isinstance(res.facts, dict) else None
+        if isinstance(tuned, dict) and tuned and tuned != cand.params:
+            cand.params = dict(tuned)
+            self.seen.add(source_hash(cand.source, cand.params))
+            return True
+        return False
+
     def ingest(self, pairs: list[tuple[Candidate, EvalResult]]) -> list[dict]:
-        """Insert evaluated children; one generation passes. Returns one record per child."""
+        """Insert evaluated children; one generation passes. Returns one record per child.
+
+        A record says what became of the child (outcome, fitness, improvement over its parent) and,
+        for children this island bred, the transition: parent and child cells and its kind (new
+        cell, replaced, improvement, regression, neutral), which also feeds the QD gradient."""
         records = []
         for cand, res in pairs:
+            key = source_hash(cand.source, cand.params) if cand.source.strip() else cand.id
+            child_id = cand.id if cand.id in self._parents else self._pending.get(key)
+            self._pending.pop(key, None)
+            if key in self._stop_keys or cand.origin == "stop:budget":
+                self._parents.pop(child_id or cand.id, None)
+                if not cand.source.strip():
+                    records.append({"candidate_id": cand.id, "prompt_id": None, "outcome": "rejected",
+                                    "fitness": res.fitness, "parent_fitness": 0.0, "improvement": 0.0,
+                                    "stop": True})
+                continue
+            pid, pfit, pcell, origin = self._parents.pop(child_id, None) or (cand.parent_id, 0.0, None, cand.origin)
+            tuned = self._settle(cand, res)
+            if self.single:                 # known kernels come back with their own cells
+                self.describe(cand)
             outcome = self.archive.insert(cand, res)
             self.evaluated += 1
             self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
-            _pid, pfit = self._parents.pop(cand.id, (cand.parent_id, 0.0))
-            records.append({"candidate_id": cand.id, "prompt_id": cand.prompt_id, "outcome": outcome,
-                            "fitness": res.fitness, "parent_fitness": pfit,
-                            "improvement": res.fitness - pfit})
+            improvement = res.fitness - pfit
+            rec = {"candidate_id": cand.id, "prompt_id": cand.prompt_id, "outcome": outcome,
+                   "fitness": res.fitness, "parent_fitness": pfit, "improvement": improvement,
+                   "parent_id": pid, "parent_cell": list(pcell) if pcell is not None else None,
+                   "child_cell": list(cand.cell), "kind": classify(outcome, improvement),
+                   "origin": origin, "island": self.index, "generation": self.generation + 1,
+                   "params": dict(cand.params) if tuned else None}
+            if pcell is not None and child_id is not None:
+                self.gradient.add(pcell, cand.cell, pfit, res.fitness, outcome)
+                self.proposer.feedback(cand, rec)
+            records.append(rec)
         self.generation += 1
         return records
 
@@ -87,7 +225,11 @@ class Island:
         """Seed kernels, evaluated once per task, go into every island's archive."""
         for cand, res in pairs:
             self.seen.add(source_hash(cand.source, cand.params))
+            self._settle(cand, res)
+            self.describe(cand)
             self.archive.insert(cand, res)
+            if cand.source.strip():
+                self.seed_elites.append(Elite(cand, res))
 
     def emigrants(self, k: int) -> list[tuple[Candidate, EvalResult]]:
         return [(e.candidate, e.result) for e in self.archive.top(k)]
@@ -95,14 +237,24 @@ class Island:
     def immigrate(self, pairs: list[tuple[Candidate, EvalResult]]) -> int:
         """Insert elites from another island (same hardware: their timings stand)."""
         self.seen.update(source_hash(c.source, c.params) for c, _ in pairs)
-        return sum(self.archive.insert(c, r) != "rejected" for c, r in pairs)
+        for c, r in pairs:
+            self._settle(c, r)
+        return sum(self.archive.insert(self.describe(c), r) != "rejected" for c, r in pairs)
 
     def summary(self) -> dict[str, Any]:
         best = self.archive.best()
-        return {"island": self.index, "task": self.task_ref, "generation": self.generation,
-                "evaluated": self.evaluated, "cells": len(self.archive), "coverage": self.archive.coverage(),
-                "qd_score": self.archive.qd_score(), "best_fitness": best.result.fitness if best else 0.0,
-                "best_id": best.candidate.id if best else None, "outcomes": dict(self.outcomes)}
+        out = {"island": self.index, "task": self.task_ref, "generation": self.generation,
+               "evaluated": self.evaluated, "cells": len(self.archive), "coverage": self.archive.coverage(),
+               "qd_score": self.archive.qd_score(), "best_fitness": best.result.fitness if best else 0.0,
+               "best_id": best.candidate.id if best else None, "outcomes": dict(self.outcomes),
+               "transitions": self.gradient.total, "near_duplicates": self.near_duplicates,
+               "exhausted": self.exhausted}
+        if self.qd_on:
+            out["gradient"] = list(self.gradient.estimate(self.archive))
+        usage = self.proposer.usage_by_model()
+        if usage:
+            out["llm"] = usage
+        return out
 
     def state(self) -> dict:
         """Everything needed to rebuild this island after a crash (archive, RNG, counters)."""
@@ -110,7 +262,12 @@ class Island:
         return {"index": self.index, "task": self.task_ref, "generation": self.generation,
                 "evaluated": self.evaluated, "outcomes": self.outcomes, "archive": self.archive.to_dict(),
                 "rng": [version, list(internal), gauss], "seen": sorted(self.seen),
-                "parents": {k: list(v) for k, v in self._parents.items()}}
+                "parents": {k: [v[0], v[1], list(v[2]) if v[2] is not None else None, v[3]]
+                            for k, v in self._parents.items()},
+                "pending": dict(self._pending), "gradient": self.gradient.to_dict(),
+                "seed_elites": [[e.candidate.to_dict(), e.result.to_dict()] for e in self.seed_elites],
+                "near_duplicates": self.near_duplicates, "exhausted": self.exhausted,
+                "llm_usage": self.proposer.usage_by_model()}
 
     def restore(self, state: dict) -> None:
         """Become the island a `state()` described (resume, or restart after the actor died)."""
@@ -120,13 +277,28 @@ class Island:
         version, internal, gauss = state["rng"]
         self.rng.setstate((version, tuple(internal), gauss))
         self.seen = set(state.get("seen", []))
-        self._parents = {k: (v[0], v[1]) for k, v in state.get("parents", {}).items()}
+        self._parents = {}
+        for k, v in state.get("parents", {}).items():
+            v = list(v) + [None, ""][len(v) - 2:] if len(v) < 4 else v
+            self._parents[k] = (v[0], v[1], tuple(v[2]) if v[2] is not None else None, v[3])
+        self._pending = dict(state.get("pending", {}))
+        if state.get("gradient"):
+            self.gradient = QDGradient.from_dict(state["gradient"])
+        self.seed_elites = [Elite(Candidate.from_dict(c), EvalResult.from_dict(r))
+                            for c, r in state.get("seed_elites", [])]
+        self.near_duplicates = state.get("near_duplicates", 0)
+        self.exhausted = state.get("exhausted", False)
+        self.proposer.restore_usage(state.get("llm_usage") or {})
 
     def replay(self, pairs: list[tuple[Candidate, EvalResult]]) -> None:
         """Insert results the last checkpoint missed (evaluated, but not yet ingested at a crash)."""
         for cand, res in pairs:
             self.seen.add(source_hash(cand.source, cand.params))
-            self.archive.insert(cand, res)
+            self._settle(cand, res)
+            self.archive.insert(self.describe(cand), res)
+            if cand.origin.startswith("seed:") and cand.source.strip() and not any(
+                    e.candidate.id == cand.id for e in self.seed_elites):
+                self.seed_elites.append(Elite(cand, res))
 
 
 class IslandActor:
@@ -136,8 +308,12 @@ class IslandActor:
                  evolver_name: str | None, device_facts: dict, hardware: str, seed: int):
         from kfray.proposers.offline import make_proposer
 
-        self.island = Island(index, task_ref, language, cfg, make_proposer(proposer_cfg), device_facts,
-                             hardware, seed)
+        proposer = make_proposer(proposer_cfg)
+        if evolver_name and hasattr(proposer, "ledger"):
+            # one ledger for every island of the run: the LLM budget and the bandit are run-wide
+            from kfray.proposers.models import RemoteLedger
+            proposer.ledger = RemoteLedger(f"{evolver_name}-ledger")
+        self.island = Island(index, task_ref, language, cfg, proposer, device_facts, hardware, seed)
         self.evolver_name = evolver_name
         self._evolver = None
 

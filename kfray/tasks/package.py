@@ -175,7 +175,7 @@ def _parse_args(ck: _Checker, data: dict) -> list[Tensor | Scalar]:
         if not isinstance(name, str) or not _IDENT.match(name) or name in _C_WORDS:
             ck.fail(f"{key}.name", f"must be a C identifier that is not a keyword, got {name!r}")
         dtype = a.get("dtype")
-        if dtype not in C_TYPES:
+        if not isinstance(dtype, str) or dtype not in C_TYPES:
             ck.fail(f"{key}.dtype", f"unknown dtype {dtype!r} (known: {', '.join(C_TYPES)})")
         if "shape" in a:
             shape = a["shape"]
@@ -255,7 +255,10 @@ def _load_seeds(ck: _Checker, root: Path, data: dict, languages: list[str]) -> t
                                    f"{', '.join(LANGUAGES)} (e.g. cpp_naive.cpp, cuda_tiled.cu)")
         if not path.is_file():
             ck.fail(f"seeds[{i}]", f"{path} does not exist")
-        src = path.read_text()
+        try:
+            src = path.read_text()
+        except (UnicodeDecodeError, OSError) as e:
+            raise TaskError(f"{path}: cannot be read as a UTF-8 text file ({type(e).__name__})") from None
         if "kf_forward" not in src:
             raise TaskError(f"{path}: a seed must define extern \"C\" int kf_forward(...) (see the task's signature)")
         parts = split_region(src, str(path))
@@ -280,6 +283,8 @@ def load_package(path: str | Path) -> PackageTask:
     ck = _Checker(where)
     try:
         data = yaml.safe_load(yml.read_text())
+    except (UnicodeDecodeError, OSError) as e:
+        raise TaskError(f"{where}: cannot be read as a UTF-8 text file ({type(e).__name__}: {e})") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         loc = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -298,7 +303,7 @@ def load_package(path: str | Path) -> PackageTask:
     if not isinstance(languages, list):
         ck.fail("languages", f"must be a list, got {languages!r}")
     for i, lang in enumerate(languages):
-        if lang not in LANGUAGES:
+        if not isinstance(lang, str) or lang not in LANGUAGES:
             ck.fail(f"languages[{i}]", f"unknown language {lang!r} (known: {', '.join(LANGUAGES)})")
     args = _parse_args(ck, data)
     if "shapes" not in data:

@@ -19,21 +19,36 @@ from kfray.source import define_flags
 from kfray.tasks.base import Scalar, Tensor
 
 BASE_FLAGS = ["-O3", "-march=native", "-fopenmp", "-std=c++17", "-shared", "-fPIC"]
+GUARD_BYTES = 4096     # canary zone before and after every buffer a kernel gets
+ALIGN_BYTES = 64
 _CTYPES = {"float32": ctypes.c_float, "float64": ctypes.c_double,
            "int32": ctypes.c_int32, "int64": ctypes.c_int64}
 
 
 def compiler() -> str:
-    cxx = os.environ.get("CXX") or shutil.which("g++")
+    env = os.environ.get("CXX", "")
+    cxx = env or shutil.which("g++")
     if not cxx:
         raise BackendError("the cpu backend needs g++ and none is on PATH; install it "
                            "(Debian/Ubuntu: apt-get install g++) or set CXX to a C++ compiler")
+    if env and not shutil.which(env):
+        raise BackendError(f"CXX is set to {env!r}, which is not an executable compiler; set CXX to a C++ "
+                           "compiler (e.g. CXX=g++) or unset it to use g++ from PATH")
     return cxx
 
 
 @lru_cache(maxsize=None)
 def compiler_version(cxx: str) -> str:
-    return subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+    try:
+        proc = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise BackendError(f"the C++ compiler {cxx!r} cannot be run ({type(e).__name__}: {e}); install g++ "
+                           "(Debian/Ubuntu: apt-get install g++) or set CXX to a working C++ compiler") from None
+    lines = (proc.stdout or proc.stderr).splitlines()
+    if proc.returncode != 0 or not lines:
+        raise BackendError(f"the C++ compiler {cxx!r} failed to report its version (exit {proc.returncode}); "
+                           "set CXX to a working C++ compiler")
+    return lines[0]
 
 
 @lru_cache(maxsize=None)
@@ -131,5 +146,51 @@ class CpuBackend(Backend):
         return call
 
     def to_device(self, args):
-        # Own copies, so a kernel cannot reach the harness's arrays.
-        return {k: (np.array(v, copy=True) if isinstance(v, np.ndarray) else v) for k, v in args.items()}
+        # Own copies, so a kernel cannot reach the harness's arrays; each between guard zones.
+        return {k: (self._guarded_copy(v) if isinstance(v, np.ndarray) else v) for k, v in args.items()}
+
+    # --- guard zones: writes outside a buffer are caught, not silently absorbed -------------------
+    def _canary_bytes(self) -> np.ndarray:
+        if getattr(self, "_canary", None) is None:
+            self._canary = np.frombuffer(os.urandom(GUARD_BYTES), dtype=np.uint8)   # unguessable
+        return self._canary
+
+    def _guarded_copy(self, v: np.ndarray) -> np.ndarray:
+        """A copy of `v`, 64-byte aligned, between two GUARD_BYTES zones filled with random canary bytes."""
+        canary = self._canary_bytes()
+        nb = v.nbytes
+        buf = np.empty(nb + 2 * GUARD_BYTES + ALIGN_BYTES, dtype=np.uint8)
+        off = GUARD_BYTES + (-buf.ctypes.data) % ALIGN_BYTES
+        buf[off - GUARD_BYTES:off] = canary
+        buf[off + nb:off + nb + GUARD_BYTES] = canary
+        out = buf[off:off + nb].view(v.dtype).reshape(v.shape)
+        out[...] = v
+        return out
+
+    def check_guards(self, dev: dict[str, Any]) -> str | None:
+        """None when every guard zone around `dev`'s buffers is intact, else what was overwritten."""
+        canary = self._canary_bytes()
+        for name, a in dev.items():
+            if not isinstance(a, np.ndarray):
+                continue
+            root = a
+            while isinstance(root.base, np.ndarray):
+                root = root.base
+            if root is a or root.dtype != np.uint8 or root.ndim != 1:
+                continue
+            off = a.ctypes.data - root.ctypes.data
+            end = off + a.nbytes
+            if off < GUARD_BYTES or end + GUARD_BYTES > root.nbytes:
+                continue
+            lo, hi = root[off - GUARD_BYTES:off], root[end:end + GUARD_BYTES]
+            where = []
+            if not np.array_equal(lo, canary):
+                first = int(np.argmax(lo != canary))
+                where.append(f"up to {GUARD_BYTES - first} bytes before its start")
+            if not np.array_equal(hi, canary):
+                last = GUARD_BYTES - 1 - int(np.argmax((hi != canary)[::-1]))
+                where.append(f"up to {last + 1} bytes past its end")
+            if where:
+                return (f"the kernel wrote outside tensor {name} ({' and '.join(where)}: the guard zone around it "
+                        f"changed); write only {name}[0 .. {a.size - 1}]")
+        return None

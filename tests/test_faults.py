@@ -1,0 +1,155 @@
+"""Faults in the middle of a search: an evaluator killed, an island killed, the driver SIGKILLed.
+
+Nothing evaluated may be lost, nothing may be evaluated twice, and the run ends with as many
+evaluated candidates as its budget."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from kfray.config import load_config
+from kfray.run import resume_search, run_search
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _cfg(cache, budget: int, *extra: str):
+    return load_config(None, ["tasks=[axpb]", "search.islands=2", f"search.budget={budget}", "search.batch=2",
+                              "search.migrate_every=2", "eval.evaluators=2", "eval.tune_budget=0",
+                              f"eval.cache_dir={cache}", *extra])
+
+
+def _rows(db: Path, sql: str = "SELECT COUNT(*) FROM candidates", args: tuple = ()) -> list:
+    if not db.exists():
+        return []
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+    try:
+        return con.execute(sql, args).fetchall()
+    except sqlite3.OperationalError:      # schema not written yet
+        return []
+    finally:
+        con.close()
+
+
+def _count(db: Path) -> int:
+    r = _rows(db)
+    return r[0][0] if r else 0
+
+
+def _wait(pred, timeout: float, what: str):
+    t0 = time.time()
+    while not pred():
+        if time.time() - t0 > timeout:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def _in_background(cfg, run_dir):
+    out: dict = {}
+
+    def go():
+        try:
+            out["summary"] = run_search(cfg, run_dir, progress=False)
+        except BaseException as e:  # reported by the test
+            out["error"] = e
+
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    return t, out
+
+
+def _actor(ray, run_dir: Path, part: str):
+    for name in ray.util.list_named_actors():
+        if f"kfray-{run_dir.name}-" in name and part in name:
+            return name, ray.get_actor(name)
+    raise AssertionError(f"no actor with {part!r} for {run_dir.name}: {ray.util.list_named_actors()}")
+
+
+def _check_db(db: Path, budget: int):
+    ids = _rows(db, "SELECT id FROM candidates")
+    hashes = _rows(db, "SELECT src_hash FROM candidates WHERE source != ''")
+    assert len(ids) == budget, f"{len(ids)} candidates in the database, budget {budget}"
+    assert len({h for h, in hashes}) == len(hashes), "a kernel was evaluated twice"
+    return {i for i, in ids}
+
+
+def test_evaluator_killed_mid_evaluation_its_candidate_is_evaluated_elsewhere(ray_local, tmp_path, tmp_cache):
+    ray = ray_local
+    budget = 12
+    run_dir = tmp_path / "evkill"
+    # Longer timing per candidate, so the evaluator is nearly always in the middle of one.
+    t, out = _in_background(_cfg(tmp_cache, budget, "eval.min_time_s=0.25"), run_dir)
+    _wait(lambda: _count(run_dir / "kfray.db") >= 4 or not t.is_alive(), 120, "4 evaluated candidates")
+    name, ev = _actor(ray, run_dir, "evaluator")
+    ray.kill(ev, no_restart=False)          # Ray restarts it; its job in flight is lost with it
+    t.join(300)
+    assert "error" not in out, out.get("error")
+    s = out["summary"]
+    assert s["requeued"] >= 1, "the killed evaluator's candidate was not put back in the queue"
+    assert s["tasks"]["axpb"]["evaluated"] == budget
+    _check_db(run_dir / "kfray.db", budget)
+
+
+def test_island_killed_mid_run_comes_back_with_its_archive(ray_local, tmp_path, tmp_cache):
+    ray = ray_local
+    budget = 16
+    run_dir = tmp_path / "islkill"
+    db = run_dir / "kfray.db"
+    t, out = _in_background(_cfg(tmp_cache, budget), run_dir)
+
+    def checkpointed():
+        r = _rows(db, "SELECT state FROM islands WHERE island = 0 AND generation >= 1")
+        return bool(r) or not t.is_alive()
+
+    _wait(checkpointed, 120, "a checkpoint of island 0")
+    before = len(json.loads(_rows(db, "SELECT state FROM islands WHERE island = 0")[0][0])["archive"]["elites"])
+    name, isl = _actor(ray, run_dir, "island-axpb-0")
+    ray.kill(isl, no_restart=False)         # killed between calls: Ray restarts it empty
+    t.join(300)
+    assert "error" not in out, out.get("error")
+    s = out["summary"]
+    assert s["island_restores"] >= 1, "the coordinator never noticed the island came back empty"
+    after = json.loads(_rows(db, "SELECT state FROM islands WHERE island = 0")[0][0])
+    assert len(after["archive"]["elites"]) >= before, (before, len(after["archive"]["elites"]))
+    assert s["tasks"]["axpb"]["island_cells"][0] >= before
+    assert s["tasks"]["axpb"]["evaluated"] == budget
+    _check_db(db, budget)
+
+
+def test_driver_sigkilled_then_resumed_loses_nothing_and_repeats_nothing(ray_local, tmp_path, tmp_cache):
+    budget, k = 12, 5
+    run_dir = tmp_path / "crash"
+    db = run_dir / "kfray.db"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "KFRAY_CACHE": str(tmp_cache)}
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kfray.cli", "run", "--task", "axpb", "--quiet", "--run-dir", str(run_dir),
+         "--set", "search.islands=2", "--set", f"search.budget={budget}", "--set", "eval.evaluators=2",
+         "--set", "eval.tune_budget=0", "--set", f"eval.cache_dir={tmp_cache}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=str(ROOT), start_new_session=True)
+    try:
+        _wait(lambda: _count(db) >= k or proc.poll() is not None, 180, f"{k} evaluated candidates")
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)   # the driver and the Ray instance it started
+        except ProcessLookupError:
+            pass
+        proc.wait(30)
+    before = {i for i, in _rows(db, "SELECT id FROM candidates")}
+    assert k <= len(before) < budget
+    summary = resume_search(run_dir, progress=False)
+    assert summary["tasks"]["axpb"]["evaluated"] == budget
+    after = _check_db(db, budget)
+    assert before <= after, f"lost in the crash: {before - after}"
+    status = json.loads(_rows(db, "SELECT value FROM meta WHERE key = 'status'")[0][0])
+    assert status == "finished"
