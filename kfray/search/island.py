@@ -36,6 +36,7 @@ def source_similarity(a: str, b: str) -> float:
 
 class Island:
     RETRIES = 12
+    MAX_PENDING = 2048
 
     def __init__(self, index: int, task_ref: str, language: str, cfg: SearchConfig, proposer: Proposer,
                  device_facts: dict | None = None, hardware: str = "", seed: int = 0):
@@ -171,6 +172,11 @@ class Island:
             out.append(child)
         if self.exhausted and not out:
             out.append(self._stop_signal())
+        # Children the coordinator drops (in flight on another island) never come back: forget
+        # the oldest bookkeeping past a bound, so checkpoints stay small.
+        for book in (self._parents, self._pending):
+            while len(book) > self.MAX_PENDING:
+                book.pop(next(iter(book)))
         return out
 
     def _settle(self, cand: Candidate, res: EvalResult) -> bool:
