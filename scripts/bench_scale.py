@@ -28,9 +28,28 @@ from kfray.proposers.base import Elite, ProposalContext  # noqa: E402
 from kfray.run import run_search  # noqa: E402
 
 
+def sim_task(work: Path) -> str:
+    """A tiny task package whose seed has 20^3 parameter settings, so the offline proposer never runs
+    out of new candidates however many evaluators there are (the built-ins have a few dozen)."""
+    pkg = work / "simtask"
+    (pkg / "seeds").mkdir(parents=True, exist_ok=True)
+    (pkg / "task.yaml").write_text(
+        "name: simscale\ndescription: y = alpha * x (engine benchmark)\nlanguages: [cpp]\nargs:\n"
+        "  - {name: x, dtype: float32, shape: [n]}\n  - {name: y, dtype: float32, shape: [n], role: out}\n"
+        "  - {name: alpha, dtype: float32}\n  - {name: n, dtype: int64, value: n}\n"
+        "shapes:\n  n4k: {n: 4096}\nrtol: 1.0e-5\natol: 1.0e-6\nbytes: 8 * n\nflops: n\n")
+    (pkg / "reference.py").write_text('def reference(args):\n    return {"y": args["alpha"] * args["x"]}\n')
+    vals = ", ".join(str(v) for v in range(1, 21))
+    (pkg / "seeds" / "cpp_naive.cpp").write_text(
+        f"#include <cstdint>\n// @kf.param A in [{vals}]\n// @kf.param B in [{vals}]\n// @kf.param C in [{vals}]\n"
+        'extern "C" int kf_forward(const float* x, float* y, float alpha, int64_t n) {\n'
+        "    for (int64_t i = 0; i < n; ++i) y[i] = alpha * x[i];\n    return 0;\n}\n")
+    return str(pkg)
+
+
 def throughput(n: int, sim: float, per_evaluator: int, work: Path) -> dict:
     islands = max(2, n)
-    cfg = load_config(None, ["tasks=[axpb@tiny]", "eval.backend=sim", f"eval.simulate_s={sim}",
+    cfg = load_config(None, [f"tasks=[{sim_task(work)}]", "eval.backend=sim", f"eval.simulate_s={sim}",
                              f"eval.evaluators={n}", "eval.num_cpus=0", "eval.trials=1", "eval.repeats=2",
                              "eval.min_time_s=0", "eval.tune_budget=0", f"search.islands={islands}", "search.batch=3",
                              f"search.budget={per_evaluator * n + 3}", "search.migrate_every=3"])
