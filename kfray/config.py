@@ -21,6 +21,7 @@ class SearchConfig:
     budget: int = 48                 # evaluations per task, seeds included
     batch: int = 2                   # candidates an island proposes per generation
     migrate_every: int = 2           # generations between migrations
+    checkpoint_every: int = 5        # generations between island checkpoints (results since are replayed)
     migrants: int = 2                # top elites each island sends per migration
     topology: str = "ring"           # ring | full | custom
     adjacency: list = field(default_factory=list)  # for custom: adjacency[i] = islands i sends to
@@ -160,6 +161,7 @@ def _check(cfg: RunConfig, where: str) -> None:
     s, e = cfg.search, cfg.eval
     for key, val, lo in [("search.islands", s.islands, 1), ("search.budget", s.budget, 1),
                          ("search.batch", s.batch, 1), ("search.migrate_every", s.migrate_every, 1),
+                         ("search.checkpoint_every", s.checkpoint_every, 1),
                          ("search.migrants", s.migrants, 0), ("eval.evaluators", e.evaluators, 0),
                          ("eval.trials", e.trials, 1), ("eval.repeats", e.repeats, 1),
                          ("eval.threads", e.threads, 1)]:

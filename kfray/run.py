@@ -72,6 +72,7 @@ class TaskState:
     seed_pairs: dict = field(default_factory=dict)    # hardware label -> [(candidate, result)] of seeds
     labels: list = field(default_factory=list)        # island index -> hardware label
     checkpoints: dict = field(default_factory=dict)   # island index -> latest state() from an ingest
+    since: dict = field(default_factory=dict)         # island index -> pairs ingested after that checkpoint
     known: dict = field(default_factory=dict)         # (label, source hash) -> (candidate, result) dicts
     baselines: dict = field(default_factory=dict)     # hardware label -> speedup of the baseline seed
     best_by: dict = field(default_factory=dict)       # hardware label -> (candidate, result)
@@ -206,11 +207,16 @@ class Coordinator:
         """An island actor died (Ray restarted it empty): give it back its last checkpoint."""
         self.island_restores += 1
         isl = st.islands[i]
+        missed = st.since.pop(i, []) + list(missed)
         if i in st.checkpoints:
-            ray.get(isl.restore.remote(st.checkpoints[i], list(missed)))
+            ray.get(isl.restore.remote(st.checkpoints[i], missed))
+            st.generations[i] = st.checkpoints[i]["generation"]
         else:
             ray.get(isl.restore.remote(_empty_state_like(i, st.ref),
-                                       st.seed_pairs.get(st.labels[i], []) + list(missed)))
+                                       st.seed_pairs.get(st.labels[i], []) + missed))
+            st.generations[i] = 0
+        if missed:      # what it replayed counts from now on as ingested after the checkpoint
+            st.since[i] = missed
 
     def _load_progress(self, states: dict[str, TaskState]):
         """Resume: what the database already holds is spent budget and is never evaluated again."""
@@ -397,8 +403,12 @@ class Coordinator:
                     if info["summary"].get("exhausted"):
                         st.spent = max(st.spent, s.budget)
                     st.generations[i] = info["summary"]["generation"]
-                    st.checkpoints[i] = info["state"]
-                    self.store.save_islands([info["state"]])
+                    if info["state"] is not None:
+                        st.checkpoints[i] = info["state"]
+                        st.since[i] = []
+                        self.store.save_islands([info["state"]])
+                    else:
+                        st.since.setdefault(i, []).extend(pairs)
                     if info["new_prompts"]:
                         self._save_prompts()
                     if min(st.generations) >= st.next_migration:

@@ -101,13 +101,14 @@ def test_evaluator_killed_mid_evaluation_its_candidate_is_evaluated_elsewhere(ra
 
 def test_island_killed_mid_run_comes_back_with_its_archive(ray_local, tmp_path, tmp_cache):
     ray = ray_local
-    budget = 16
+    budget = 20
     run_dir = tmp_path / "islkill"
     db = run_dir / "kfray.db"
-    t, out = _in_background(_cfg(tmp_cache, budget), run_dir)
+    # checkpoints every 2 generations: what the island ingested after its last one is replayed
+    t, out = _in_background(_cfg(tmp_cache, budget, "search.checkpoint_every=2"), run_dir)
 
     def checkpointed():
-        r = _rows(db, "SELECT state FROM islands WHERE island = 0 AND generation >= 1")
+        r = _rows(db, "SELECT state FROM islands WHERE island = 0 AND generation >= 2")
         return bool(r) or not t.is_alive()
 
     _wait(checkpointed, 120, "a checkpoint of island 0")

@@ -26,6 +26,10 @@ class PromptEvolver:
     def sample(self) -> MetaPrompt:
         return self.population.sample()
 
+    def sample_many(self, n: int) -> list[MetaPrompt]:
+        """n draws in one call: an island asks once per batch, not once per child."""
+        return [self.population.sample() for _ in range(n)]
+
     def report(self, prompt_id: str, score: float) -> dict | None:
         """The new prompt as a dict when this report made one, else None."""
         mp = self.population.report(prompt_id, score, rewrite=self._rewrite)

@@ -8,6 +8,8 @@ a language is adding a table. Comments are stripped first so they never change t
 """
 from __future__ import annotations
 
+import functools
+
 import re
 
 DIMENSIONS = ("memory", "compute", "parallelism")
@@ -123,8 +125,10 @@ def _table(language: str) -> dict:
     return TABLES[language]
 
 
+@functools.lru_cache(maxsize=4096)
 def describe(source: str, language: str) -> tuple[int, int, int]:
-    """The (memory, compute, parallelism) cell of `source`, each level in 0..LEVELS-1."""
+    """The (memory, compute, parallelism) cell of `source`, each level in 0..LEVELS-1.
+    Cached: most children only change parameters, so the same source is described again and again."""
     table, code = _table(language), strip_comments(source)
 
     def level(dim: str) -> int:

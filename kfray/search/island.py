@@ -334,8 +334,8 @@ class IslandActor:
         import ray
 
         ev = self._get_evolver()
-        sample = (lambda: ray.get(ev.sample.remote())) if ev else (lambda: None)
-        return [c.to_dict() for c in self.island.propose(n, sample)]
+        prompts = ray.get(ev.sample_many.remote(n)) if ev else []   # one call per batch
+        return [c.to_dict() for c in self.island.propose(n, lambda: prompts.pop() if prompts else None)]
 
     def ingest(self, pairs: list[tuple[dict, dict]]) -> dict:
         recs = self.island.ingest([(Candidate.from_dict(c), EvalResult.from_dict(r)) for c, r in pairs])
@@ -348,8 +348,12 @@ class IslandActor:
         if ev:
             import ray
             new_prompts = [p for p in ray.get([ev.report.remote(pid, s) for pid, s in best.items()]) if p]
+        # A checkpoint every `checkpoint_every` generations, not every ingest: state() grows with
+        # the search, and the coordinator replays whatever came after the last one.
+        every = max(1, getattr(self.island.cfg, "checkpoint_every", 1))
+        state = self.island.state() if self.island.generation % every == 0 or self.island.exhausted else None
         return {"records": recs, "summary": self.island.summary(), "new_prompts": new_prompts,
-                "state": self.island.state()}
+                "state": state}
 
     def seed(self, pairs: list[tuple[dict, dict]]) -> None:
         self.island.seed([(Candidate.from_dict(c), EvalResult.from_dict(r)) for c, r in pairs])

@@ -53,9 +53,9 @@ class Transition:
         return self.child_fitness - self.parent_fitness
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["parent_cell"], d["child_cell"] = list(self.parent_cell), list(self.child_cell)
-        return d
+        return {"parent_cell": list(self.parent_cell), "child_cell": list(self.child_cell),
+                "parent_fitness": self.parent_fitness, "child_fitness": self.child_fitness,
+                "outcome": self.outcome, "kind": self.kind}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Transition":
