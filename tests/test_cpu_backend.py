@@ -110,7 +110,7 @@ def test_compile_cache_reuses_builds(evaluator):
     again = _eval(evaluator, src, task="softmax")
     assert again.facts["compile_cached"] is True
     assert first.tier == again.tier == 5
-    other = _eval(evaluator, src, task="softmax", params={"CHUNK": 16})
+    other = _eval(evaluator, src, task="softmax", params={"ROWS_PER_TASK": 16})
     assert other.facts["compile_cached"] is False, "a new parameter setting is a new build"
 
 

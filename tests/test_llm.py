@@ -35,7 +35,7 @@ def task():
 
 
 def _ctx(task, parent_result=None, meta=True):
-    seed = task.seeds_for("cpp")[1]  # omp_simd: declares CHUNK
+    seed = task.seeds_for("cpp")[1]  # twopass
     parent = Candidate(task=task.name, language="cpp", source=seed.source, params={"CHUNK": 4}, island=1)
     result = parent_result or EvalResult(
         candidate_id=parent.id, tier=5, times={"r1024c1024": 0.002, "r4096c256": 0.001},

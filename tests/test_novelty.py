@@ -54,7 +54,7 @@ def _island(sources, near=0.98) -> tuple[Island, _Scripted]:
 
 
 def test_near_duplicate_is_re_proposed_not_evaluated():
-    different = next(s for s in TASK.seeds_for("cpp") if s.name == "ikj_omp").source
+    different = next(s for s in TASK.seeds_for("cpp") if s.name == "ikj").source
     isl, prop = _island([_tweak(BASE), _tweak(BASE) + "\n", different])
     kids = isl.propose(1)
     assert len(kids) == 1 and kids[0].source == different

@@ -111,7 +111,8 @@ def test_without_parent_starts_from_baseline(name):
             assert child.source in seeds and child.source != base.source
         assert parse_params(child.source).allows(child.params)
     assert ops["mutate_params"] > 0
-    assert set(ops) <= {"mutate_params", "switch_strategy", "toggle_simd", "toggle_parallel", "use_fma"}
+    assert set(ops) <= {"mutate_params", "switch_strategy", "toggle_simd", "toggle_parallel", "use_fma",
+                        "add_parallel", "add_simd", "fast_exp"}
 
 
 def test_parent_identity_is_recorded():
@@ -157,7 +158,11 @@ def test_operator_variety(name):
 def test_hints_raise_the_hinted_operator(name):
     task = load_task(name)
     seeds = task.seeds_for("cpp")
-    parent = _elite(task, seeds[-1])              # the last seed has OpenMP loops to toggle
+    last = seeds[-1]
+    if "#pragma omp" not in last.source:          # give it an OpenMP loop to toggle
+        from kfray.proposers.loop_edits import add_parallel
+        last = dataclasses.replace(last, source=add_parallel(last.source))
+    parent = _elite(task, last)
     ins = [_elite(task, seeds[0])]
     prop = OfflineProposer()
 
@@ -203,3 +208,27 @@ def test_toggle_simd_edits_only_a_pragma():
         assert c.params == parent.candidate.params
         return
     pytest.fail("toggle_simd never chosen despite a strong hint")
+
+
+def test_loop_edits_compound_on_softmax():
+    """Each loop edit is one step, and steps stack: the exponential made vectorizable, then the
+    sum loop vectorized with its reduction clause, then the rows threaded."""
+    from kfray.proposers.loop_edits import add_parallel, add_simd, fast_exp
+
+    src = next(s for s in load_task("softmax").seeds_for("cpp") if s.name == "twopass").source
+    assert fast_exp("int f() { return 0; }") is None
+    step1 = fast_exp(src)
+    assert "kf_fast_exp(" in step1 and "std::exp(" not in step1
+    pragmas = set()
+    for seed in range(20):
+        out = add_simd(step1, random.Random(seed))
+        pragmas |= {ln.strip() for ln in out.splitlines() if "#pragma omp simd" in ln} - {"#pragma omp simd"}
+    assert pragmas == {"#pragma omp simd reduction(max:m)", "#pragma omp simd reduction(+:s)"}
+    step3 = add_parallel(step1)
+    lines = step3.splitlines()
+    at = next(i for i, ln in enumerate(lines) if "parallel for" in ln)
+    assert lines[at + 1].lstrip().startswith("for (int64_t r0 = 0")    # the outermost loop
+    assert add_parallel(step3) is None                                   # it already has one
+    # a loop that writes a scalar from outside in a way no clause covers is not vectorized
+    assert add_simd("void g(float* y, int n) { float t = 0;\n  for (int i = 0; i < n; ++i) t = y[i] * t + 1; }",
+                    random.Random(0)) is None

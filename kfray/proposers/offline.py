@@ -2,7 +2,9 @@
 
 Operators: mutate one or two template parameters, switch to another seed strategy (keeping the
 parameters whose names match), recombine the parameters of two parents, toggle the SIMD or
-thread-parallel pragmas of OpenMP loops, and contract multiply-adds into fma. Like a model asked
+thread-parallel pragmas of OpenMP loops, contract multiply-adds into fma, and the loop edits of
+kfray/proposers/loop_edits.py (thread the outer loop, vectorize an inner loop with its
+reductions, a vectorizable exponential), which compound over generations. Like a model asked
 for a target cell, it tries several edits and prefers one that lands in the target cell, or
 else in a cell the island has not filled yet.
 Meta-prompt hints raise the weight of the operators they name, so the co-evolved prompts steer
@@ -17,11 +19,13 @@ import re
 import time
 
 from kfray.candidate import Candidate
+from kfray.proposers import loop_edits
 from kfray.proposers.base import ProposalContext, Proposer
 from kfray.search.descriptors import describe
 from kfray.source import parse_params
 
-OPERATORS = ("mutate_params", "switch_strategy", "recombine", "toggle_simd", "toggle_parallel", "use_fma")
+OPERATORS = ("mutate_params", "switch_strategy", "recombine", "toggle_simd", "toggle_parallel", "use_fma",
+             "add_parallel", "add_simd", "fast_exp")
 _OMP_FOR = re.compile(r"^(\s*#pragma omp )(parallel for|for)( simd)?(.*)$", re.M)
 _TERM = r"[\w.]+(?:\[[^\]\[;]+\])?"
 _MUL_ADD = re.compile(rf"=\s*({_TERM})\s*\*\s*({_TERM})\s*\+\s*({_TERM})\s*;")
@@ -172,6 +176,12 @@ class OfflineProposer(Proposer):
             return (src, p) if p != params else None
         if op == "use_fma":
             new = _use_fma(src, rng)
+            return (new, params) if new else None
+        if op in ("add_parallel", "add_simd", "fast_exp"):
+            if ctx.language != "cpp":          # OpenMP host code only
+                return None
+            new = (loop_edits.add_simd(src, rng) if op == "add_simd" else
+                   loop_edits.add_parallel(src) if op == "add_parallel" else loop_edits.fast_exp(src))
             return (new, params) if new else None
         if op in ("toggle_simd", "toggle_parallel"):
             new = _toggle(src, rng, "simd" if op == "toggle_simd" else "parallel")

@@ -9,8 +9,8 @@ from kfray.tasks.base import Scalar, Seed, Task, Tensor
 
 _SEED_ORDER = {  # the first strategy of each task is its baseline (the simplest kernel)
     "axpb": ["naive", "omp", "simd", "vec", "stride"],
-    "softmax": ["naive", "omp_simd", "online", "group"],
-    "matmul": ["naive", "ikj_omp", "tiled", "regblock"],
+    "softmax": ["naive", "twopass", "online", "group"],
+    "matmul": ["naive", "ikj", "tiled", "regblock"],
 }
 # sycl_jit: SYCL C++ kernels compiled at run time (seeds/sycl); sycl: whole SYCL programs built
 # ahead of time by icpx (seeds/sycl/aot); opencl: OpenCL C kernels (seeds/opencl).
