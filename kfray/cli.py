@@ -1,4 +1,4 @@
-"""Command line: `kfray run / tasks / status / report / doctor`.
+"""Command line: `kfray run / tasks / status / report / verify / doctor`.
 
 Errors a user can fix (KfrayError) print one line and exit 2; no traceback.
 """
@@ -114,6 +114,14 @@ def _cmd_report(args) -> int:
     return 0
 
 
+def _cmd_verify(args) -> int:
+    from kfray.verify import format_result, verify
+
+    res, backend = verify(args.task, args.kernel, args.backend, args.set or [])
+    print(format_result(res, backend, args.kernel, args.task))
+    return 0 if res.correct else 1
+
+
 def _cmd_doctor(args) -> int:
     rows = []
     rows.append(("python", sys.version.split()[0], True))
@@ -164,6 +172,14 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--out", metavar="FILE", help="HTML file to write (default RUN_DIR/report.html); "
                                                   "the PNGs go in a report/ folder next to it")
     rp.set_defaults(fn=_cmd_report)
+    v = sub.add_parser("verify", help="check and time one kernel file on a task, e.g. a published KernelBench or "
+                                      "robust-kbench PyTorch-extension kernel (.cpp / .cu)")
+    v.add_argument("task", help="task reference, e.g. kernelbench:FILE.py or rkb:DIR")
+    v.add_argument("kernel", help="kernel file: a PyTorch extension or a kf_forward kernel")
+    v.add_argument("--backend", choices=["cpu", "cuda", "torch_ext_cpu", "torch_ext_cuda"],
+                   help="default: from the file (torch/extension.h included: torch_ext_*; .cu or CUDA code: cuda)")
+    v.add_argument("--set", action="append", metavar="KEY=VALUE", help="an eval setting, e.g. eval.repeats=20")
+    v.set_defaults(fn=_cmd_verify)
     d = sub.add_parser("doctor", help="check compilers and packages")
     d.set_defaults(fn=_cmd_doctor)
     return p

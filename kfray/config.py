@@ -68,6 +68,8 @@ class EvalConfig:
     cache_server: str = ""           # set by the coordinator: the name of that actor
     sycl_device: str = ""            # sycl: dpctl filter string (opencl:cpu, level_zero:gpu:0); "" = default
     sycl_form: str = "jit"           # sycl: jit (kernels compiled at run time) | aot (icpx) | opencl (OpenCL C)
+    torch_compile: bool = False      # PyTorch tasks: also time torch.compile of the reference (a second
+                                     # baseline; one compile per task, shape and sandbox; sweeps turn it on)
     tune_budget: int = 3             # @kf.param settings the inner tuner measures per candidate (0: off)
     max_roofline_fraction: float = 1.5   # flag (and never trust) a speedup above this x the device's
                                      # measured copy bandwidth / fp32 rate; 0: no check

@@ -1,10 +1,11 @@
 """Sweeps: one search over many tasks at once (a suite, a folder of task packages, a KernelBench
 level, robust-kbench tasks) with one shared evaluator pool and one shared budget, then the table
-the field reports: per task correct / best speedup, and for the suite fast_p and the geometric-mean
-speedup of the correct kernels, written as CSV and Markdown into the run folder.
+the field reports: per task correct / best speedup over eager PyTorch and over torch.compile, and
+for the suite fast_p and the geometric-mean speedup of the correct kernels against each baseline,
+written as CSV, Markdown and JSON into the run folder with what the shared budget spent.
 
     python -m kfray.sweep llama32-1b --set proposer.kind=llm
-    python -m kfray.sweep path/to/KernelBench --level 1 --tasks 1_,19_ --budget-total 400
+    python -m kfray.sweep path/to/KernelBench --level 1 --tasks 1_,19_ --budget-total 400 --budget-tokens 2000000
     python -m kfray.sweep tests/data/packages
 
 `cmd_sweep` / `cmd_tasks` are the bodies of `kfray sweep` / `kfray tasks`.
@@ -54,16 +55,64 @@ def task_rows(summary: dict, skipped: dict[str, str] | None = None) -> list[dict
             "task": ref, "status": "ok" if s.get("correct") else "no correct kernel",
             "correct": bool(s.get("correct")),
             "speedup": float(s.get("best_speedup_vs_reference") or 0.0),
-            "speedup_compile": s.get("best_speedup_vs_compile"),
+            "speedup_compile": s.get("best_speedup_vs_compile"), "compile_note": s.get("compile_note") or "",
             "speedup_vs_seed": float(s.get("best_speedup_vs_seed") or 0.0),
             "evaluated": int(s.get("evaluated", 0)), "correct_count": int(s.get("correct_count", 0)),
             "best_candidate": s.get("best_candidate") or "",
         })
     for ref, why in (skipped or {}).items():
         rows.append({"task": ref, "status": f"skipped: {why}", "correct": False, "speedup": 0.0,
-                     "speedup_compile": None, "speedup_vs_seed": 0.0, "evaluated": 0, "correct_count": 0,
-                     "best_candidate": ""})
+                     "speedup_compile": None, "compile_note": "", "speedup_vs_seed": 0.0, "evaluated": 0,
+                     "correct_count": 0, "best_candidate": ""})
     return rows
+
+
+def add_compile_baseline(summary: dict, run_dir: str | Path) -> None:
+    """Per task, the best speedup over torch.compile (`best_speedup_vs_compile`) or why there is
+    none (`compile_note`), from the results in the run database: with `eval.torch_compile` every
+    correct result of a PyTorch task carries its evaluator's compiled-reference times."""
+    from kfray.eval.torch_compile import speedup_vs_compile
+    from kfray.store import Store
+
+    db = Path(run_dir) / "kfray.db"
+    if not db.is_file():
+        return
+    store = Store(db)
+    try:
+        for ref, s in summary.get("tasks", {}).items():
+            best, notes = None, set()
+            for _, r in store.evaluated(ref):
+                if not r.correct:
+                    continue
+                sp, why = speedup_vs_compile(r)
+                if sp is not None:
+                    best = sp if best is None else max(best, sp)
+                elif why:
+                    notes.add(why)
+            if best is not None:
+                s["best_speedup_vs_compile"] = round(best, 4)
+            elif notes:
+                s["compile_note"] = "; ".join(sorted(notes))
+    finally:
+        store.close()
+
+
+def budget_report(cfg, summary: dict) -> dict[str, Any]:
+    """What the sweep spent of its shared budgets: evaluations, LLM tokens and cost (all tasks
+    together), and which limit, if any, stopped it."""
+    from kfray.proposers.models import totals
+
+    used = totals(summary.get("llm") or {})
+    p = cfg.proposer
+    out: dict[str, Any] = {"evaluations": int(summary.get("evaluated", 0)),
+                           "evaluation_budget": cfg.search.budget * len(summary.get("tasks", {})),
+                           "tokens": int(used["tokens"]), "token_budget": int(p.token_budget),
+                           "cost": round(float(used["cost"]), 6), "cost_budget": float(p.max_cost),
+                           "llm_calls": int(used["calls"])}
+    stopped = [what for what, hit in (("token", p.token_budget > 0 and used["tokens"] >= p.token_budget),
+                                      ("cost", p.max_cost > 0 and used["cost"] >= p.max_cost)) if hit]
+    out["stopped_by"] = " and ".join(f"{w} budget" for w in stopped)
+    return out
 
 
 def suite_summary(rows: list[dict], ps: Iterable[float] = PS) -> dict[str, Any]:
@@ -80,9 +129,10 @@ def suite_summary(rows: list[dict], ps: Iterable[float] = PS) -> dict[str, Any]:
 # --- writers -----------------------------------------------------------------------------------
 def _columns(rows: list[dict]) -> list[str]:
     cols = ["task", "status", "correct", "speedup"]
-    if any(r.get("speedup_compile") is not None for r in rows):
+    if any(r.get("speedup_compile") is not None or r.get("compile_note") for r in rows):
         cols.append("speedup_compile")
-    return cols + ["speedup_vs_seed", "evaluated", "correct_count", "best_candidate"]
+    cols += ["speedup_vs_seed", "evaluated", "correct_count", "best_candidate"]
+    return cols + (["compile_note"] if any(r.get("compile_note") for r in rows) else [])
 
 
 def write_csv(rows: list[dict], suite: dict, run_dir: Path) -> tuple[Path, Path]:
@@ -108,14 +158,16 @@ def write_csv(rows: list[dict], suite: dict, run_dir: Path) -> tuple[Path, Path]
     return tpath, spath
 
 
-def markdown(rows: list[dict], suite: dict, title: str = "kfray sweep") -> str:
-    cols = _columns(rows)
+def markdown(rows: list[dict], suite: dict, title: str = "kfray sweep", budget: dict | None = None) -> str:
+    cols = [c for c in _columns(rows) if c != "compile_note"]     # notes go below the table
     head = {"task": "task", "status": "status", "correct": "correct", "speedup": "speedup vs reference (eager)",
             "speedup_compile": "speedup vs torch.compile", "speedup_vs_seed": "speedup vs seed",
             "evaluated": "evaluated", "correct_count": "correct candidates", "best_candidate": "best candidate"}
 
     def cell(r, k):
         v = r.get(k)
+        if k == "speedup_compile" and r["correct"] and v is None:
+            return "n/a"
         if k in ("speedup", "speedup_compile", "speedup_vs_seed"):
             return f"{v:.2f}x" if r["correct"] and v else "-"
         if k == "correct":
@@ -125,6 +177,11 @@ def markdown(rows: list[dict], suite: dict, title: str = "kfray sweep") -> str:
     lines = [f"# {title}", "", "| " + " | ".join(head[c] for c in cols) + " |",
              "|" + "|".join("---" if c in ("task", "status", "best_candidate") else "---:" for c in cols) + "|"]
     lines += ["| " + " | ".join(cell(r, c) for c in cols) + " |" for r in rows]
+    notes = [f"- {r['task']}: {r['compile_note']}" for r in rows if r.get("compile_note")]
+    if notes:
+        lines += ["", "torch.compile n/a:"] + notes
+    if budget:
+        lines += ["", _budget_line(budget)]
     lines += ["", f"Suite: {suite['tasks']} tasks, {suite['correct']} correct.", "",
               "| metric | vs eager |" + (" vs torch.compile |" if "fast_p_compile" in suite else ""),
               "|---|---:|" + ("---:|" if "fast_p_compile" in suite else "")]
@@ -136,13 +193,24 @@ def markdown(rows: list[dict], suite: dict, title: str = "kfray sweep") -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_results(rows: list[dict], suite: dict, run_dir: Path, title: str = "kfray sweep") -> dict[str, str]:
+def _budget_line(b: dict) -> str:
+    of = f" of {b['evaluation_budget']}" if b.get("evaluation_budget") else ""
+    parts = [f"{b['evaluations']} evaluations{of}"]
+    if b.get("llm_calls") or b.get("token_budget") or b.get("cost_budget"):
+        parts.append(f"{b['tokens']} LLM tokens" + (f" of {b['token_budget']}" if b.get("token_budget") else ""))
+        parts.append(f"cost {b['cost']:.4f}" + (f" of {b['cost_budget']:g}" if b.get("cost_budget") else ""))
+    stop = f"; stopped: {b['stopped_by']} spent" if b.get("stopped_by") else ""
+    return "Budget (shared by all tasks): " + ", ".join(parts) + stop + "."
+
+
+def write_results(rows: list[dict], suite: dict, run_dir: Path, title: str = "kfray sweep",
+                  budget: dict | None = None) -> dict[str, str]:
     run_dir = Path(run_dir)
     tpath, spath = write_csv(rows, suite, run_dir)
     md = run_dir / "sweep.md"
-    md.write_text(markdown(rows, suite, title))
+    md.write_text(markdown(rows, suite, title, budget))
     js = run_dir / "sweep.json"
-    js.write_text(json.dumps({"tasks": rows, "suite": suite}, indent=2))
+    js.write_text(json.dumps({"tasks": rows, "suite": suite, **({"budget": budget} if budget else {})}, indent=2))
     return {"tasks_csv": str(tpath), "fast_p_csv": str(spath), "markdown": str(md), "json": str(js)}
 
 
@@ -184,9 +252,13 @@ def plan(spec: str | None, level: int | None, wanted: str | None, language: str,
 
 
 def run_sweep(cfg, refs: list[str], run_dir: str | Path | None = None, skipped: dict[str, str] | None = None,
-              progress: bool = True, budget_total: int = 0, title: str = "kfray sweep") -> dict[str, Any]:
-    """One search over every ref with the config's evaluator pool; the budget is per task
-    (search.budget) or, given budget_total, split evenly. Returns the run summary plus `sweep`."""
+              progress: bool = True, budget_total: int = 0, title: str = "kfray sweep",
+              budget_tokens: int = 0, budget_cost: float = 0.0) -> dict[str, Any]:
+    """One search over every ref with the config's evaluator pool. Evaluations are per task
+    (search.budget) or, given budget_total, split evenly; LLM tokens and cost (budget_tokens /
+    budget_cost, else proposer.token_budget / proposer.max_cost) are one budget for all tasks: the
+    run's islands share one ledger, and once it is spent every task stops proposing and the sweep
+    ends with its table. Returns the run summary plus `sweep`."""
     from kfray.run import Coordinator, default_run_dir
 
     if not refs:
@@ -198,12 +270,18 @@ def run_sweep(cfg, refs: list[str], run_dir: str | Path | None = None, skipped: 
         if per < 1:
             raise KfrayError(f"--budget-total {budget_total} is less than one evaluation per task ({len(refs)} tasks)")
         cfg.search.budget = per
+    if budget_tokens:
+        cfg.proposer.token_budget = int(budget_tokens)
+    if budget_cost:
+        cfg.proposer.max_cost = float(budget_cost)
     run_dir = Path(run_dir or cfg.run_dir or default_run_dir())
     summary = Coordinator(cfg, run_dir, progress).run()
+    add_compile_baseline(summary, run_dir)
     rows = task_rows(summary, skipped)
     suite = suite_summary(rows)
-    files = write_results(rows, suite, run_dir, title)
-    summary["sweep"] = {"rows": rows, "suite": suite, "files": files}
+    budget = budget_report(cfg, summary)
+    files = write_results(rows, suite, run_dir, title, budget)
+    summary["sweep"] = {"rows": rows, "suite": suite, "budget": budget, "files": files}
     return summary
 
 
@@ -217,6 +295,13 @@ def add_sweep_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key")
     p.add_argument("--budget-total", type=int, default=0, help="evaluations for the whole sweep, split over tasks "
                                                               "(default: search.budget per task)")
+    p.add_argument("--budget-tokens", type=int, default=0, help="LLM tokens for the whole sweep, shared by all tasks "
+                                                               "(proposer.token_budget)")
+    p.add_argument("--budget-cost", type=float, default=0.0, help="LLM cost for the whole sweep, shared by all tasks "
+                                                                 "(proposer.max_cost)")
+    p.add_argument("--torch-compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="also time torch.compile of PyTorch references, for a second speedup column "
+                        "(default: on, unless the config sets eval.torch_compile)")
     p.add_argument("--run-dir", help="output folder (default runs/<timestamp>)")
     p.add_argument("--address", help="Ray cluster address (auto, ray://host:port); default: start locally")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -237,17 +322,43 @@ def cmd_sweep(args) -> int:
     cfg = load_config(args.config, args.set or [])
     if args.address:
         cfg.address = args.address
+    if args.torch_compile is not None:
+        cfg.eval.torch_compile = args.torch_compile
+    elif not _names_key(args, "eval.torch_compile"):
+        cfg.eval.torch_compile = True      # a sweep's table reports both baselines
     language = language_of(cfg.eval)
     refs, skipped = plan(args.suite, args.level, args.tasks, language, cfg.proposer.kind == "offline")
     for ref, why in skipped.items():
         print(f"kfray: skipping {ref}: {why}", file=sys.stderr)
+    from kfray.cli import preflight_llm
+    preflight_llm(cfg.proposer)
     summary = run_sweep(cfg, refs, args.run_dir, skipped, progress=not args.quiet,
-                        budget_total=args.budget_total, title=f"kfray sweep: {args.suite}")
+                        budget_total=args.budget_total, title=f"kfray sweep: {args.suite}",
+                        budget_tokens=args.budget_tokens, budget_cost=args.budget_cost)
     print_summary(summary)
     sw = summary["sweep"]
-    print(markdown(sw["rows"], sw["suite"], f"kfray sweep: {args.suite}"))
+    print(markdown(sw["rows"], sw["suite"], f"kfray sweep: {args.suite}", sw["budget"]))
     print(f"run folder: {summary['run_dir']} (sweep.md, sweep_tasks.csv, sweep_fast_p.csv, summary.json)")
     return 0
+
+
+def _names_key(args, key: str) -> bool:
+    """Whether --set or the config file sets `key` (dotted), so a sweep default must not override it."""
+    if any(o.partition("=")[0].strip() == key for o in args.set or []):
+        return True
+    if not args.config:
+        return False
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(args.config).read_text()) or {}
+    except Exception:
+        return False
+    for k in key.split("."):
+        if not isinstance(data, dict) or k not in data:
+            return False
+        data = data[k]
+    return True
 
 
 def cmd_tasks(args) -> int:

@@ -241,7 +241,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=3, help="runs per variant")
     ap.add_argument("--seed", type=int, default=0, help="first search seed")
-    ap.add_argument("--budget", type=int, default=30, help="evaluations per task, seed kernels included")
+    ap.add_argument("--budget", type=int, default=60, help="evaluations per task, seed kernels included")
     ap.add_argument("--islands", type=int, default=4, help="islands of the island variants")
     ap.add_argument("--evaluators", type=int, default=2)
     ap.add_argument("--tune-budget", type=int, default=3, help="eval.tune_budget of the tuner variant")

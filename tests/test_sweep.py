@@ -114,3 +114,105 @@ def test_sweep_of_three_packages_on_two_evaluators(ray_local, tmp_path, tmp_cach
     assert saved["suite"] == json.loads(json.dumps(suite))
     assert "| fast_1.5 |" in (run / "sweep.md").read_text()
     assert (run / "sweep_tasks.csv").is_file() and (run / "summary.json").is_file()
+
+
+def test_torch_compile_column_and_its_reasons_in_every_output(tmp_path):
+    summary = {"tasks": {
+        "a": {"correct": True, "best_speedup_vs_reference": 2.0, "best_speedup_vs_compile": 0.5},
+        "b": {"correct": True, "best_speedup_vs_reference": 1.5,
+              "compile_note": "torch.compile failed: InductorError: no C++ compiler"},
+        "c": {"correct": False}}}
+    rows = task_rows(summary)
+    suite = suite_summary(rows)
+    assert suite["fast_p_compile"] == {"0": pytest.approx(2 / 3), "1": 0.0, "1.5": 0.0, "2": 0.0}
+    budget = {"evaluations": 12, "evaluation_budget": 30, "tokens": 900, "token_budget": 800, "cost": 0.0,
+              "cost_budget": 0.0, "llm_calls": 3, "stopped_by": "token budget"}
+    files = write_results(rows, suite, tmp_path, "t", budget)
+    with open(files["tasks_csv"]) as f:
+        got = {r["task"]: r for r in csv.DictReader(f)}
+    assert got["a"]["speedup_compile"] == "0.5000" and got["b"]["speedup_compile"] == ""
+    assert "no C++ compiler" in got["b"]["compile_note"]
+    md = Path(files["markdown"]).read_text()
+    assert "| a | ok | yes | 2.00x | 0.50x |" in md and "| b | ok | yes | 1.50x | n/a |" in md
+    assert "- b: torch.compile failed: InductorError: no C++ compiler" in md
+    assert "900 LLM tokens of 800" in md and "stopped: token budget spent" in md
+    saved = json.loads(Path(files["json"]).read_text())
+    assert saved["tasks"][1]["compile_note"].startswith("torch.compile failed") and saved["budget"] == budget
+
+
+def test_compiled_reference_failures_are_reasons_not_crashes(monkeypatch):
+    torch = pytest.importorskip("torch")
+    import numpy as np
+
+    from kfray.eval import torch_compile as tc
+    from kfray.tasks import load_task
+
+    class Cpu:
+        name = "cpu"
+
+    task = load_task(f"kernelbench:{DATA / 'kernelbench' / 'level1' / '1_Relu.py'}")
+    hosts = [task.make_args("default", np.random.default_rng(i)) for i in range(2)]
+
+    def no_compiler(*a, **k):
+        raise RuntimeError("InductorError: C++ compiler not found\ndetails")
+
+    monkeypatch.setattr(torch, "compile", no_compiler)
+    monkeypatch.setattr(tc, "_TIMES", {})
+    t, why = tc.compiled_reference_time(Cpu(), task, "default", hosts, {})
+    assert t is None and why == "torch.compile failed: RuntimeError: InductorError: C++ compiler not found"
+    assert tc.compiled_reference_time(Cpu(), load_task("axpb"), "small", hosts, {}) == (
+        None, "the reference is not PyTorch")
+    facts = tc.compile_facts({"default": (t, why)})
+    assert tc.speedup_vs_compile({"times": {"default": 1e-3}, "facts": {"torch_compile": facts}}) == (None, why)
+    ok = {"times": {"a": 1e-3, "b": 4e-3}, "facts": {"torch_compile": {"times": {"a": 2e-3, "b": 2e-3}}}}
+    assert tc.speedup_vs_compile(ok)[0] == pytest.approx(1.0)          # geomean of 2x and 0.5x
+
+
+def test_sweep_shares_one_token_budget_and_reports_both_baselines(ray_local, tmp_path, tmp_cache):
+    """Two PyTorch tasks, one LLM budget: a scripted OpenAI-compatible server answers every call with
+    the same correct kernel and `usage` token counts; once the tokens are spent every task stops,
+    and the table is written with speedups over eager PyTorch and over torch.compile."""
+    import shutil
+    import sys
+    import threading
+
+    pytest.importorskip("torch")
+    sys.path.insert(0, str(Path(__file__).parent))
+    from llm_server import ScriptedServer
+
+    from kfray.config import load_config
+
+    level = tmp_path / "kb" / "level1"
+    level.mkdir(parents=True)
+    for name in ("1_Relu.py", "2_Relu_again.py"):       # one signature: one scripted kernel fits both
+        shutil.copy(DATA / "kernelbench" / "level1" / "1_Relu.py", level / name)
+    relu = ("```cpp\n#include <cstdint>\nextern \"C\" int kf_forward(const float* x, float* out, int64_t batch, "
+            "int64_t features) {\n    for (int64_t i = 0; i < batch * features; ++i) out[i] = x[i] > 0.f ? x[i] : 0.f;"
+            "\n    return 0;\n}\n```")
+    with ScriptedServer([relu]) as srv:
+        cfg = load_config(None, ["search.islands=1", "search.budget=30", "search.batch=1", "eval.evaluators=1",
+                                 "eval.tune_budget=0", "eval.trials=1", f"eval.cache_dir={tmp_cache}",
+                                 "eval.torch_compile=true", "proposer.kind=llm", f"proposer.base_url={srv.base_url}",
+                                 "proposer.model=scripted", "proposer.api_key_env=KFRAY_TEST_NO_KEY",
+                                 "proposer.max_retries=0"])
+        refs, skipped = plan(str(tmp_path / "kb"), 1, None, "cpp", offline=False)
+        assert len(refs) == 2 and not skipped
+        out = {}
+        t = threading.Thread(target=lambda: out.update(run_sweep(cfg, refs, tmp_path / "sweep", skipped,
+                                                                 progress=False, budget_tokens=3000)))
+        t.start()
+        t.join(300)
+        assert not t.is_alive(), "the sweep must end once the shared token budget is spent"
+        calls = len(srv.requests)
+    sw = out["sweep"]
+    b = sw["budget"]
+    assert b["stopped_by"] == "token budget" and b["tokens"] >= 3000 and b["token_budget"] == 3000
+    assert b["llm_calls"] == calls and b["evaluations"] < b["evaluation_budget"] == 60
+    assert calls < 30                         # far fewer calls than the evaluation budget would allow
+    rows = {Path(r["task"].split(":", 1)[1]).stem: r for r in sw["rows"]}
+    assert set(rows) == {"1_Relu", "2_Relu_again"}
+    for r in rows.values():
+        assert r["correct"] and r["speedup"] > 0 and r["speedup_compile"] > 0, r
+    md = (tmp_path / "sweep" / "sweep.md").read_text()
+    assert "speedup vs torch.compile" in md and "stopped: token budget spent" in md
+    assert json.loads((tmp_path / "sweep" / "sweep.json").read_text())["budget"]["stopped_by"] == "token budget"

@@ -187,3 +187,49 @@ def test_backward_task_is_checked_on_every_combination(evaluator):
     assert r.tier == 5, r.reason
     r = _eval(evaluator, ref, LINEAR_TANH_BACKWARD.replace("gb[o] = sb;", "gb[o] = 0.5f * sb;"))
     assert r.tier == 4 and "grad_bias" in r.reason
+
+
+# --- listing stays cheap at KernelBench sizes ----------------------------------------------------------
+PROBLEM = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        {body}
+
+
+rows = {rows}
+cols = {cols}
+
+
+def get_inputs():
+    return [torch.rand(rows, cols)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_shapes_come_from_fake_tensors_never_a_full_size_run(tmp_path):
+    import time
+
+    def problem(name, body, rows, cols):
+        p = tmp_path / f"{name}.py"
+        p.write_text(PROBLEM.format(body=body, rows=rows, cols=cols))
+        return f"kernelbench:{p}"
+
+    # `.cpu()` has no meta kernel: fake tensors trace it; 32768 x 32768 floats (4 GiB) are never allocated
+    t0 = time.perf_counter()
+    t = load_task(problem("copy_out", "return torch.relu(x).cpu().sum(dim=1)", 32768, 32768))
+    assert time.perf_counter() - t0 < 20
+    assert [a.shape for a in t.args if getattr(a, "role", "") == "out"] == [("rows",)]
+    # control flow on the data: no shape inference works; small, it runs once for real, big, it is refused
+    body = "return x * 2 if x.sum() > 0 else x"
+    assert load_task(problem("small_branch", body, 8, 16)).shapes == {"default": {"rows": 8, "cols": 16}}
+    with pytest.raises(TaskError, match="too costly just to learn the output shapes"):
+        load_task(problem("big_branch", body, 32768, 32768))

@@ -29,6 +29,7 @@ class Evaluator:
         env = {"OMP_NUM_THREADS": str(cfg.threads), "OPENBLAS_NUM_THREADS": str(cfg.threads),
                "MKL_NUM_THREADS": str(cfg.threads), "OMP_PROC_BIND": "false"}
         self.sandbox = Sandbox(backend_name, cfg, env)
+        self._compiled: set[str] = set()     # tasks whose torch.compile baseline this sandbox has timed
         self.device_lock = threading.Lock()
         self.evaluated = 0
         self.device_busy_s = 0.0
@@ -66,11 +67,12 @@ class Evaluator:
         job = {"task_ref": task.ref or task_ref or c.task, "artifact": build.artifact,
                "trials": self.cfg.trials, "warmup": self.cfg.warmup, "repeats": self.cfg.repeats,
                "max_repeats": self.cfg.max_repeats, "min_time": self.cfg.min_time_s,
-               "cache_bytes": int(self.backend.device_facts().get("cache_bytes", 32 << 20))}
+               "cache_bytes": int(self.backend.device_facts().get("cache_bytes", 32 << 20)),
+               "torch_compile": bool(self.cfg.torch_compile and hasattr(task, "param_args"))}
         with self.device_lock:
             t_dev = time.perf_counter()
             try:
-                out = self.sandbox.run(job, self.cfg.timeout_s)
+                out = self.sandbox.run(job, self._timeout(job, task))
             except RuntimeError as e:
                 out = {"tier": TIER_RUNTIME_ERROR, "reason": f"sandbox failure: {e}"}
             self.device_busy_s += time.perf_counter() - t_dev
@@ -85,6 +87,17 @@ class Evaluator:
             res.facts["sandbox_recycled"] = True
         _add_peak_fractions(res.facts, self.backend.device_facts())
         return res.to_dict()
+
+    def _timeout(self, job: dict, task) -> float:
+        """eval.timeout_s, plus compile time per shape config the first time a fresh sandbox
+        compiles a task's reference with torch.compile (timed once, then cached there)."""
+        proc = getattr(self.sandbox, "proc", None)
+        if proc is None or proc.poll() is not None:      # a fresh sandbox remembers nothing
+            self._compiled.clear()
+        if not job["torch_compile"] or job["task_ref"] in self._compiled:
+            return self.cfg.timeout_s
+        self._compiled.add(job["task_ref"])
+        return self.cfg.timeout_s + self.cfg.compile_timeout_s * len(task.shapes)
 
     def stats(self) -> dict:
         return {"name": self.name, "evaluated": self.evaluated, "sandbox_restarts": self.sandbox.restarts,

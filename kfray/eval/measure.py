@@ -409,7 +409,7 @@ def roofline_flags(backend, task, job: dict, per_shape: dict, rotated: dict) -> 
     device_bw = float(facts.get("copy_bandwidth_gbps") or 0.0)
     rate = float(facts.get("fp32_matmul_tflops") or 0.0) * 1e3
     threads = max(1, int(getattr(backend.cfg, "threads", 1) or 1))
-    measure_here = not device_bw and backend.name == "cpu"
+    measure_here = not device_bw and backend.hardware_class() == "cpu"
     if measure_here:
         info["copy_gbps_source"] = (f"numpy copy in the sandbox with each shape's footprint and rotation, "
                                     f"x {threads} thread(s)")
@@ -459,7 +459,7 @@ def run_job(backend, fn: Callable, task, job: dict) -> dict:
         return _fail(tier, reason, stages, **extra)
 
     t0 = time.perf_counter()
-    times, ref_times, spreads, facts, rotated = {}, {}, [], {}, {}
+    times, ref_times, spreads, facts, rotated, compiled = {}, {}, [], {}, {}, {}
     cache_bytes = job.get("cache_bytes", 32 << 20)
     for shape in task.shapes:
         n_sets = _rotation(task, shape, cache_bytes)
@@ -492,6 +492,9 @@ def run_job(backend, fn: Callable, task, job: dict) -> dict:
                           max(job["repeats"], job["max_repeats"] // 2), job["min_time"])
             _REF_TIMES[key] = float(np.median(rts))
         ref_times[shape] = _REF_TIMES[key]
+        if job.get("torch_compile"):     # the second baseline (kfray/eval/torch_compile.py)
+            from kfray.eval.torch_compile import compiled_reference_time
+            compiled[shape] = compiled_reference_time(backend, task, shape, hosts, job)
         nbytes, flops = task.cost(shape)
         rotated[shape] = (n_sets * nbytes, n_sets)
         facts[shape] = {"gbps": nbytes / med / 1e9 if med > 0 else 0.0,
@@ -515,6 +518,9 @@ def run_job(backend, fn: Callable, task, job: dict) -> dict:
 
     flags, roof = roofline_flags(backend, task, job, facts, rotated)
     out_facts: dict[str, Any] = {"per_shape": facts, "roofline": roof}
+    if compiled:
+        from kfray.eval.torch_compile import compile_facts
+        out_facts["torch_compile"] = compile_facts(compiled)
     reason = ""
     if flags:
         out_facts["flags"] = flags

@@ -34,7 +34,6 @@ def _worker_main(conn, backend_name: str, cfg, memory_mb: int) -> None:
     """Worker loop: load the kernel, run correctness and timing, send back a plain dict."""
     _limit_resources(memory_mb)
     from kfray.eval.backends.base import get_backend
-    from kfray.eval.measure import run_job
     from kfray.tasks import load_task
 
     backend = get_backend(backend_name, cfg)
@@ -50,7 +49,7 @@ def _worker_main(conn, backend_name: str, cfg, memory_mb: int) -> None:
         try:
             task = load_task(job["task_ref"])
             fn = backend.load(job["artifact"], task)
-            result = run_job(backend, fn, task, job)
+            result = backend.run_job(fn, task, job)
         except MemoryError:
             result = {"tier": TIER_RUNTIME_ERROR, "reason": "out of memory in the sandbox", "recycle": True}
         except Exception as e:  # the kernel's failure, reported as one evaluation
@@ -76,7 +75,7 @@ class Sandbox:
         # alike; its own session, so a kill takes every thread and child it made.
         parent, child = socket.socketpair()
         env = {**os.environ, **self.env}
-        memory_mb = self.cfg.memory_limit_mb if self.backend_name == "cpu" else 0
+        memory_mb = self.cfg.memory_limit_mb if self.backend_name in ("cpu", "torch_ext_cpu") else 0
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kfray.eval.sandbox", str(child.fileno())],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -15,13 +15,22 @@ from kfray.prompts.population import MetaPromptPopulation
 class PromptEvolver:
     """Holds one population; with an LLM proposer, new prompts are model rewrites (recombination on failure)."""
 
-    def __init__(self, prompt_cfg: PromptConfig, proposer_cfg=None, seed: int = 0):
+    def __init__(self, prompt_cfg: PromptConfig, proposer_cfg=None, seed: int = 0, ledger: str = ""):
         self.population = MetaPromptPopulation(size=prompt_cfg.population, explore=prompt_cfg.explore,
                                                evolve_every=prompt_cfg.evolve_every, seed=seed)
         self._rewrite = None
         if proposer_cfg is not None and getattr(proposer_cfg, "kind", "") == "llm":
             from kfray.proposers.llm import LLMProposer   # only LLM runs need openai
-            self._rewrite = LLMProposer(proposer_cfg).rewrite_meta_prompt
+            from kfray.proposers.models import RemoteLedger
+
+            # `ledger`: the run's shared ledger actor, so rewrites count against the run's token and
+            # cost budget like the islands' calls do
+            self._llm = LLMProposer(proposer_cfg, ledger=RemoteLedger(ledger)) if ledger else LLMProposer(proposer_cfg)
+            self._rewrite = self._rewrite_in_budget
+
+    def _rewrite_in_budget(self, sections: dict, feedback: str):
+        """A model rewrite while the run's LLM budget lasts; None (recombination) once it is spent."""
+        return None if getattr(self._llm, "exhausted", False) else self._llm.rewrite_meta_prompt(sections, feedback)
 
     def sample(self) -> MetaPrompt:
         return self.population.sample()
@@ -54,4 +63,5 @@ def make_prompt_evolver(name: str, prompt_cfg: PromptConfig, proposer_cfg=None, 
     import ray
 
     cls = ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)(PromptEvolver)
-    return cls.options(name=name, get_if_exists=True, num_cpus=0).remote(prompt_cfg, proposer_cfg, seed)
+    return cls.options(name=name, get_if_exists=True, num_cpus=0).remote(prompt_cfg, proposer_cfg, seed,
+                                                                         f"{name}-ledger")

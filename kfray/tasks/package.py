@@ -36,6 +36,7 @@ import hashlib
 import importlib.util
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -107,11 +108,14 @@ def import_file(path: str | Path, what: str = "module"):
     if spec is None or spec.loader is None:
         raise TaskError(f"{path}: cannot be imported as a Python {what}")
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod     # registered, as an import would: torch.compile looks its globals up there
     try:
         spec.loader.exec_module(mod)
     except TaskError:
+        sys.modules.pop(name, None)
         raise
     except Exception as e:  # the user's file: any error is theirs to fix, say which and where
+        sys.modules.pop(name, None)
         raise TaskError(f"{path}: importing it failed: {type(e).__name__}: {e}") from None
     return mod
 

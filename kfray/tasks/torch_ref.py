@@ -332,33 +332,61 @@ def build_torch_task(problem: Problem, name: str, description: str, rtol: float 
                      fixed_inputs=dict(first["fixed_pos"]), configs=dict(problem.configs))
 
 
-def _trace(torch, problem: Problem, settings: dict, cname: str) -> dict:
-    """Shapes and dtypes of inputs, parameters and outputs of one configuration."""
-    where = f"{problem.where} (configuration {cname})"
+REAL_TRACE_LIMIT = 64 << 20     # bytes of inputs + parameters below which a trace may run for real
 
-    def build(device):
-        with torch.device(device), torch.no_grad():
+
+def _trace(torch, problem: Problem, settings: dict, cname: str) -> dict:
+    """Shapes and dtypes of inputs, parameters and outputs of one configuration.
+
+    Listing a task must stay cheap whatever its sizes (KernelBench's reach 32768 x 32768), so the
+    forward runs on the meta device, then under FakeTensorMode (ops without a meta kernel, `.cpu()`,
+    CUDA-only inputs); only a problem whose tensors are small is ever run for real, on the CPU."""
+    where = f"{problem.where} (configuration {cname})"
+    sized: list[int] = []                  # bytes of inputs + parameters, as the fake attempt saw them
+
+    def build(ctx):
+        with ctx, torch.no_grad():
             model = problem.make_model(settings)
             inputs = problem.make_inputs(settings)
             if not isinstance(inputs, (list, tuple)):
                 raise TaskError(f"{where}: get_inputs must return a list, got {type(inputs).__name__}")
+            tensors = [t for t in list(inputs) + list(model.parameters()) + list(model.buffers())
+                       if isinstance(t, torch.Tensor)]
+            sized[:] = [sum(t.numel() * t.element_size() for t in tensors)]
             res = model(*inputs) if problem.forward is None else problem.forward(
                 model, {**dict(model.named_parameters()), **dict(model.named_buffers())}, list(inputs))
         return model, list(inputs), res
 
-    try:
+    def fake():
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        return FakeTensorMode(allow_non_fake_inputs=True)
+
+    def why(e: Exception) -> str:
+        return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+
+    errors = []
+    for ctx in (lambda: torch.device("meta"), fake):
         try:
-            model, inputs, res = build("meta")
+            model, inputs, res = build(ctx())
+            break
         except TaskError:
             raise
-        except Exception:
+        except Exception as e:
+            errors.append(e)
+    else:
+        if not sized:
+            raise TaskError(f"{where}: building the model or its inputs failed: {why(errors[-1])}") from None
+        if sized[0] > REAL_TRACE_LIMIT:
+            raise TaskError(f"{where}: its forward runs neither on the meta device nor with fake tensors "
+                            f"({why(errors[-1])}), and a real run with {sized[0] / 2**20:.0f} MiB of tensors is "
+                            f"too costly just to learn the output shapes") from None
+        try:                               # small enough: one real run is cheap
             torch.manual_seed(0)
-            model, inputs, res = build("cpu")   # some ops have no meta kernel: run it for real once
-    except TaskError:
-        raise
-    except Exception as e:
-        raise TaskError(f"{where}: building the model or running its forward failed: "
-                        f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
+            model, inputs, res = build(torch.device("cpu"))
+        except TaskError:
+            raise
+        except Exception as e:
+            raise TaskError(f"{where}: building the model or running its forward failed: {why(e)}") from None
     fixed, tin = {}, []
     names = problem.input_names
     for i, x in enumerate(inputs):

@@ -50,7 +50,13 @@ class Backend(ABC):
 
     @abstractmethod
     def load(self, artifact: str, task) -> Callable[[dict[str, Any]], int]:
-        """Return fn(device_args) -> return code of kf_forward."""
+        """Return fn(device_args) -> return code of kf_forward (what `run_job` calls)."""
+
+    def run_job(self, fn: Callable, task, job: dict) -> dict:
+        """Correctness and timing of a loaded kernel (kfray.eval.measure); a backend whose kernels
+        have another calling form (kfray.eval.backends.torch_ext) brings its own."""
+        from kfray.eval.measure import run_job
+        return run_job(self, fn, task, job)
 
     def make_args(self, task, shape: str, rng) -> dict[str, Any]:
         """Fresh inputs for one shape config, where this backend is fastest to make them."""
@@ -87,6 +93,8 @@ _BACKENDS: dict[str, str] = {
     "cuda": "kfray.eval.backends.cuda:CudaBackend",
     "sycl": "kfray.eval.backends.sycl:SyclBackend",
     "sim": "kfray.eval.backends.sim:SimBackend",
+    "torch_ext_cpu": "kfray.eval.backends.torch_ext:TorchExtCpuBackend",
+    "torch_ext_cuda": "kfray.eval.backends.torch_ext:TorchExtCudaBackend",
 }
 
 

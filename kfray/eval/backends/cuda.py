@@ -748,10 +748,25 @@ class CudaBackend(Backend):
             return {o.name: res[o.name].astype(NP_TYPES[o.dtype], copy=False) for o in task.outputs}
         if self._hold is not None:
             self._hold.release()     # the host path waits on the stream: a held stream would stall it
+        if getattr(task, "device_reference", None) is not None and _torch_cuda():
+            return self._torch_reference(task, args)
         host = {k: (cp.asnumpy(v, stream=self.stream, blocking=True) if isinstance(v, cp.ndarray) else v)
                 for k, v in args.items()}
         res = task.run_reference(host)
         return {k: cp.asarray(v) for k, v in res.items()}
+
+    def _torch_reference(self, task, args: dict[str, Any]) -> dict[str, Any]:
+        """Eager PyTorch on this GPU, on the kernel's own stream, so the baseline is timed on the
+        device the candidate runs on (the way KernelBench times it), not on the host."""
+        import torch
+
+        cp = self._cp
+        outs = {o.name for o in task.outputs}
+        dev = {k: v for k, v in args.items() if k not in outs}
+        with torch.cuda.stream(torch.cuda.ExternalStream(self.stream.ptr)):
+            res = task.device_reference(dev, device="cuda:0")
+        return {o.name: cp.from_dlpack(res[o.name].detach().contiguous()).astype(NP_TYPES[o.dtype], copy=False)
+                for o in task.outputs}
 
     def check_sticky_error(self) -> str | None:
         if self._cp is None:
@@ -774,3 +789,12 @@ if __name__ == "__main__":
     else:
         print("usage: python -m kfray.eval.backends.cuda measure", file=sys.stderr)
         sys.exit(2)
+
+
+def _torch_cuda() -> bool:
+    """PyTorch with CUDA is importable here (the torch extra on a GPU node)."""
+    try:
+        import torch
+        return torch.cuda.is_available()
+    except Exception:
+        return False

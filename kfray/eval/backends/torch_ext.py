@@ -1,0 +1,356 @@
+"""PyTorch-extension kernels: the form KernelBench and robust-kbench publish their kernels in.
+
+A candidate in language `torch_ext` is one C++ (`.cpp`, CPU) or CUDA (`.cu`, GPU) file that does
+`#include <torch/extension.h>` and binds `forward` with
+`PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("forward", &forward); }`. Its calling form and
+checks are in kfray/eval/measure_ext.py.
+
+It is compiled straight with g++ / nvcc, not with torch.utils.cpp_extension.load_inline (which
+spends most of a minute on its own machinery), into the content-addressed compile cache, keyed
+by source, flags, compiler and torch version. The module name, `kf_ext_<key>`, comes from that
+key, so the library's PyInit_ symbol matches the name the sandbox imports it under
+(importlib's ExtensionFileLoader). Parsing torch/extension.h is most of a compile (about 17 s
+with g++ on an idle 2-core machine); with `KFRAY_TORCH_PCH=1`, g++ builds include a precompiled
+torch/extension.h built once into the cache (about 50 s and 0.8 GB), and then take about 10 s.
+
+Two backends: `torch_ext_cpu` (g++, tensors on the CPU, perf_counter timing) and
+`torch_ext_cuda` (nvcc, tensors on GPU 0, CUDA-event timing); `backend_for` picks one for a file.
+"""
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import os
+import re
+import subprocess
+import sysconfig
+import threading
+import time
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from kfray.errors import BackendError
+from kfray.eval.backends.base import Backend, Build, CompileError
+from kfray.eval.compile_cache import CompileCache
+from kfray.source import define_flags
+
+LANGUAGE = "torch_ext"
+MIN_COMPILE_TIMEOUT_S = 300.0     # torch/extension.h alone takes 10-90 s to compile
+# What torch.utils.cpp_extension gives nvcc, so published kernels build as they did for their authors.
+NVCC_TORCH_FLAGS = ["-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
+                    "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",
+                    "--expt-relaxed-constexpr"]
+LEFT_RUNNING_S = 50e-6            # a device sync this much longer than the stream's: work elsewhere
+
+_INCLUDE_RE = re.compile(r'^\s*#\s*include\s*[<"]torch/extension\.h[>"]', re.M)
+_CUDA_RE = re.compile(r"__global__|<<<|#\s*include\s*[<\"](cuda|ATen/cuda|c10/cuda)")
+
+
+def is_torch_extension(source: str) -> bool:
+    """True for a source in the PyTorch-extension form (it includes torch/extension.h)."""
+    return bool(_INCLUDE_RE.search(source))
+
+
+def backend_for(source: str, filename: str = "") -> str:
+    """The backend that runs a kernel file: torch_ext_cuda / cuda for CUDA sources (.cu, or
+    __global__ / <<< / CUDA headers), torch_ext_cpu / cpu otherwise."""
+    gpu = filename.endswith((".cu", ".cuh")) or bool(_CUDA_RE.search(source))
+    if is_torch_extension(source):
+        return "torch_ext_cuda" if gpu else "torch_ext_cpu"
+    return "cuda" if gpu else "cpu"
+
+
+@lru_cache(maxsize=None)
+def torch_build_info() -> dict[str, Any]:
+    """Where torch's headers and libraries are, and the ABI its extensions must match."""
+    try:
+        import torch
+        from torch.utils import cpp_extension
+    except ImportError:
+        raise BackendError("torch_ext kernels need PyTorch (pip install torch)") from None
+    lib = Path(torch.__file__).parent / "lib"
+    # The C++ standard torch builds its own extensions with (C++20 from torch 2.10 on, C++17 before).
+    std = "c++20" if "-std=c++20" in Path(cpp_extension.__file__).read_text() else "c++17"
+    return {"version": torch.__version__, "std": std, "lib": str(lib),
+            "includes": list(cpp_extension.include_paths()) + [sysconfig.get_paths()["include"]],
+            "abi": int(torch._C._GLIBCXX_USE_CXX11_ABI),
+            "cuda_libs": (lib / "libtorch_cuda.so").exists() and (lib / "libc10_cuda.so").exists()}
+
+
+def module_name(artifact: str) -> str:
+    return "kf_ext_" + Path(artifact).name.split(".")[0]
+
+
+def _run(cmd: list[str], timeout: float) -> tuple[int, str]:
+    """Run a compiler in its own session, so a timeout kills every process it started."""
+    from kfray.eval.backends.cuda import _run_compiler
+
+    try:
+        rc, out, err = _run_compiler(cmd, timeout)
+    except subprocess.TimeoutExpired:
+        raise CompileError(f"{Path(cmd[0]).name} timed out after {timeout:.0f} s") from None
+    except OSError as e:
+        raise BackendError(f"cannot run {cmd[0]}: {e}") from None
+    return rc, (err + "\n" + out).strip()
+
+
+class TorchExtCpuBackend(Backend):
+    """C++ extensions built by g++, called on CPU tensors."""
+
+    name = "torch_ext_cpu"
+    language = LANGUAGE
+    device = "cpu"
+    suffix = ".cpp"
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.cache = CompileCache(cfg.cache_dir or None, cfg.cache_server)
+        self._pch_lock = threading.Lock()
+        self._modules: dict[str, Any] = {}
+
+    # --- host side ---------------------------------------------------------------------------
+    def hardware_class(self) -> str:
+        return "cpu"
+
+    def device_facts(self) -> dict[str, Any]:
+        from kfray.eval.backends.cpu import cpu_facts
+
+        return {**cpu_facts(), "threads_for_kernels": self.cfg.threads}
+
+    def _compiler(self) -> tuple[str, str]:
+        from kfray.eval.backends.cpu import compiler, compiler_version
+
+        cxx = compiler()
+        return cxx, compiler_version(cxx)
+
+    def _common_flags(self, info: dict) -> list[str]:
+        """Flags shared by the precompiled header and every build (no -D of the candidate)."""
+        return [f"-std={info['std']}", "-O3", "-march=native", "-fopenmp", "-fPIC",
+                *[f"-I{d}" for d in info["includes"]], "-DTORCH_API_INCLUDE_EXTENSION_H",
+                f"-D_GLIBCXX_USE_CXX11_ABI={info['abi']}", *self.cfg.flags]
+
+    def _link_flags(self, info: dict) -> list[str]:
+        return ["-shared", f"-L{info['lib']}", "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python",
+                f"-Wl,-rpath,{info['lib']}"]
+
+    def _key_facts(self) -> dict[str, Any]:
+        from kfray.eval.backends.cpu import cpu_facts
+
+        return {"cpu": cpu_facts()["name"]}
+
+    def compile(self, source: str, params: dict[str, Any], task) -> Build:
+        if not is_torch_extension(source):
+            raise CompileError("a torch_ext kernel must #include <torch/extension.h> and bind forward with "
+                               "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def(\"forward\", &forward); }")
+        if not hasattr(task, "device_reference"):
+            raise CompileError(f"task {task.name}: torch_ext kernels need a task with a PyTorch reference "
+                               "(KernelBench or robust-kbench)")
+        info = torch_build_info()
+        cc, version = self._compiler()
+        try:
+            common = self._common_flags(info) + define_flags(params)
+        except ValueError as e:
+            raise CompileError(str(e)) from None
+        link = self._link_flags(info)
+        key = CompileCache.key(source=source, flags=common, link=link, compiler=version, torch=info["version"],
+                               kind=f"{self.name}-so", **self._key_facts())
+        t0 = time.perf_counter()
+        hit = self.cache.lookup(key, ".so")
+        if hit:
+            return Build(str(hit), time.perf_counter() - t0, True)
+        timeout = max(self.cfg.compile_timeout_s, MIN_COMPILE_TIMEOUT_S)
+        pch = self._pch(cc, version, self._common_flags(info), info, timeout)
+        src = self.cache.temp_path(key, self.suffix)
+        src.write_text(source)
+        tmp = self.cache.temp_path(key, ".so")
+        name = "kf_ext_" + key
+        # An argument list, never a shell string: nothing from a model reaches a shell.
+        cmd = [cc, *common, *pch, f"-DTORCH_EXTENSION_NAME={name}", str(src), "-o", str(tmp), *link]
+        try:
+            rc, text = _run(cmd, timeout)
+        finally:
+            src.unlink(missing_ok=True)
+        if rc != 0 or not tmp.exists():
+            tmp.unlink(missing_ok=True)
+            text = text.replace(str(src), "kernel" + self.suffix).replace(src.name, "kernel" + self.suffix)
+            raise CompileError(_diagnostics(text) or f"{Path(cc).name} exited with {rc}")
+        path = self.cache.commit(tmp, key, ".so")
+        return Build(str(path), time.perf_counter() - t0, False, {"pch": bool(pch)})
+
+    def _pch(self, cc: str, version: str, common: list[str], info: dict, timeout: float) -> list[str]:
+        """`-include` flags for a precompiled torch/extension.h, built on first use; [] when off or
+        when it cannot be built (it only saves time). Kept out of the cache server: it is large."""
+        if os.environ.get("KFRAY_TORCH_PCH", "0") != "1":
+            return []
+        key = CompileCache.key(flags=common, compiler=version, torch=info["version"], kind="torch-ext-pch")
+        header = self.cache.path(key, ".h")
+        gch = header.with_name(header.name + ".gch")
+        with self._pch_lock:
+            if not gch.exists():
+                header.parent.mkdir(parents=True, exist_ok=True)
+                tmp_h = self.cache.temp_path(key, ".h")
+                tmp_h.write_text("#include <torch/extension.h>\n")
+                os.replace(tmp_h, header)
+                tmp = self.cache.temp_path(key, ".h.gch")
+                rc, _ = _run([cc, *common, "-x", "c++-header", str(header), "-o", str(tmp)], timeout)
+                if rc != 0 or not tmp.exists():
+                    tmp.unlink(missing_ok=True)
+                    return []
+                os.replace(tmp, gch)
+        return ["-include", str(header)]
+
+    # --- sandbox side ------------------------------------------------------------------------
+    def load(self, artifact: str, task) -> Callable:
+        """The extension's `forward`, imported under the name its PyInit_ symbol carries."""
+        import torch  # noqa: F401  (its libraries and pybind11 casters must be loaded first)
+
+        if artifact not in self._modules:
+            name = module_name(artifact)
+            loader = importlib.machinery.ExtensionFileLoader(name, artifact)
+            spec = importlib.util.spec_from_file_location(name, artifact, loader=loader)
+            mod = importlib.util.module_from_spec(spec)
+            loader.exec_module(mod)
+            self._modules[artifact] = mod
+        fwd = getattr(self._modules[artifact], "forward", None)
+        if not callable(fwd):
+            raise RuntimeError('the extension binds no function `forward`; add m.def("forward", &forward) '
+                               "to its PYBIND11_MODULE")
+        return fwd
+
+    def run_job(self, fn: Callable, task, job: dict) -> dict:
+        from kfray.eval.measure_ext import run_ext_job
+
+        return run_ext_job(self, fn, task, job)
+
+    def make_args(self, task, shape: str, rng) -> dict[str, Any]:
+        """The task's inputs (and shape-config marker) for one draw; the extension allocates outputs."""
+        outs = {o.name for o in task.outputs}
+        return {k: v for k, v in task.make_args(shape, rng).items() if k not in outs}
+
+    def to_device(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Torch tensors of our own (copies), on this backend's device."""
+        import torch
+
+        return {k: (torch.from_numpy(np.array(v, copy=True)).to(self.device) if isinstance(v, np.ndarray) else v)
+                for k, v in args.items()}
+
+    def to_host(self, value: Any) -> np.ndarray:
+        import torch
+
+        if isinstance(value, torch.Tensor):
+            return value.detach().cpu().numpy()
+        return np.asarray(value)
+
+    def reference(self, task, args: dict[str, Any]) -> dict[str, np.ndarray]:
+        """The eager PyTorch reference on this backend's device, as host arrays."""
+        return {k: self.to_host(v) for k, v in task.device_reference(args, self.device).items()}
+
+
+class TorchExtCudaBackend(TorchExtCpuBackend):
+    """CUDA extensions built by nvcc, called on tensors on GPU 0 and timed with CUDA events."""
+
+    name = "torch_ext_cuda"
+    device = "cuda"
+    suffix = ".cu"
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        from kfray.eval.backends.cuda import _detect_arch
+
+        self.arch = _detect_arch(cfg)
+        self._events = None
+
+    def hardware_class(self) -> str:
+        from kfray.eval.backends.cuda import gpu_properties
+
+        props = gpu_properties()
+        return "cuda:" + str(props.get("name", "gpu")).strip().replace(" ", "_") if props else f"cuda:{self.arch}"
+
+    def device_facts(self) -> dict[str, Any]:
+        from kfray.eval.backends.cuda import CudaBackend
+
+        try:      # the CUDA backend's facts, measured bandwidth and fp32 rate included (CuPy)
+            return CudaBackend(self.cfg).device_facts()
+        except Exception:
+            return {"name": "CUDA GPU", "arch": self.arch}
+
+    def _compiler(self) -> tuple[str, str]:
+        from kfray.eval.backends.cuda import nvcc_path, nvcc_version
+
+        nvcc = nvcc_path()
+        return nvcc, nvcc_version(nvcc)
+
+    def _common_flags(self, info: dict) -> list[str]:
+        return [f"-std={info['std']}", "-O3", f"-arch={self.arch}", "-Xcompiler", "-fPIC", *NVCC_TORCH_FLAGS,
+                *[f"-I{d}" for d in info["includes"]], "-DTORCH_API_INCLUDE_EXTENSION_H",
+                f"-D_GLIBCXX_USE_CXX11_ABI={info['abi']}", *self.cfg.flags]
+
+    def _link_flags(self, info: dict) -> list[str]:
+        # A CPU-only torch has no CUDA libraries: the build still compiles (a check without a GPU).
+        cuda = ["-lc10_cuda", "-ltorch_cuda"] if info["cuda_libs"] else []
+        return ["-shared", f"-L{info['lib']}", "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python", *cuda,
+                "-Xlinker", "-rpath", "-Xlinker", info["lib"]]
+
+    def _key_facts(self) -> dict[str, Any]:
+        return {"arch": self.arch}
+
+    def _pch(self, *args) -> list[str]:
+        return []     # nvcc cannot use a GCC precompiled header
+
+    def open_device(self) -> None:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise BackendError("the torch_ext_cuda backend needs a CUDA build of PyTorch and a visible GPU")
+        torch.cuda.set_device(0)
+        torch.backends.cuda.matmul.allow_tf32 = False    # the reference stays true fp32
+        torch.backends.cudnn.allow_tf32 = False
+        self._events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+        torch.ones(64, device="cuda").sum().item()         # context, allocator, a first kernel
+        self.time_call(lambda: None)
+
+    def synchronize(self) -> None:
+        import torch
+
+        torch.cuda.synchronize()
+
+    def time_call(self, fn: Callable[[], Any]) -> float:
+        """CUDA events on the current stream around fn (as KernelBench times); a sample whose work
+        outlives the stream (another stream) counts host wall time instead."""
+        import torch
+
+        start, stop = self._events
+        t0 = time.perf_counter()
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        t_stream = time.perf_counter()
+        torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        ev = start.elapsed_time(stop) / 1e3
+        return max(ev, t1 - t0) if t1 - t_stream > LEFT_RUNNING_S else ev
+
+    def check_sticky_error(self) -> str | None:
+        import torch
+
+        if self._events is None:
+            return None
+        try:
+            torch.cuda.synchronize()
+        except Exception as e:   # an illegal address and the like: the context is gone
+            return f"{type(e).__name__}: {e}"
+        return None
+
+
+def _diagnostics(text: str, limit: int = 4000) -> str:
+    """The compiler's errors first (torch's headers fill its output with warnings), then the rest."""
+    lines = text.splitlines()
+    errors = [i for i, ln in enumerate(lines) if re.search(r"\berror\s*:|undefined reference", ln)]
+    if not errors:
+        return text[-limit:]
+    out = "\n".join(lines[errors[0]:])
+    return out[:limit]
