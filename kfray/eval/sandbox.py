@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import signal
 import socket
 import subprocess
@@ -30,9 +31,34 @@ def _limit_resources(memory_mb: int) -> None:
         pass
 
 
+_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH", re.I)
+
+
+def scrubbed_env(env) -> dict[str, str]:
+    """The environment minus anything that looks like a secret (API keys, tokens, passwords, the
+    SSH agent): generated code has no business with them."""
+    return {k: v for k, v in env.items() if not _SECRET.search(k)}
+
+
+def _die_with_parent() -> None:
+    """A worker whose evaluator died (killed, node lost) exits too, even in the middle of a hung
+    kernel: a daemon thread watches the parent process id."""
+    import threading
+
+    ppid = os.getppid()
+
+    def watch():
+        while os.getppid() == ppid:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="kfray-parent-watch").start()
+
+
 def _worker_main(conn, backend_name: str, cfg, memory_mb: int) -> None:
     """Worker loop: load the kernel, run correctness and timing, send back a plain dict."""
     _limit_resources(memory_mb)
+    _die_with_parent()
     from kfray.eval.backends.base import get_backend
     from kfray.tasks import load_task
 
@@ -74,7 +100,7 @@ class Sandbox:
         # A fresh interpreter (not multiprocessing), so it works inside Ray workers and scripts
         # alike; its own session, so a kill takes every thread and child it made.
         parent, child = socket.socketpair()
-        env = {**os.environ, **self.env}
+        env = {**scrubbed_env(os.environ), **self.env}
         memory_mb = self.cfg.memory_limit_mb if self.backend_name in ("cpu", "torch_ext_cpu") else 0
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kfray.eval.sandbox", str(child.fileno())],

@@ -1,0 +1,67 @@
+"""The sandbox worker: no secrets in its environment, and no orphan when its evaluator dies."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from kfray.candidate import Candidate, EvalResult
+from kfray.config import EvalConfig
+from kfray.eval.evaluator import Evaluator
+from kfray.eval.sandbox import scrubbed_env
+from kfray.tasks import load_task
+
+ROOT = Path(__file__).resolve().parents[1]
+SIG = load_task("axpb").signature("cpp")
+AXPB = "{ for (int64_t i = 0; i < n; ++i) y[i] = a * x[i] + b; return 0; }"
+
+
+def test_secrets_are_not_in_the_environment_a_kernel_sees(monkeypatch, tmp_path):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-must-not-leak")
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "ray-token")
+    assert "OPENAI_API_KEY" not in scrubbed_env(os.environ) and "PATH" in scrubbed_env(os.environ)
+    ev = Evaluator("cpu", EvalConfig(cache_dir=str(tmp_path / "cache"), timeout_s=60, tune_budget=0))
+    try:
+        # the kernel fails (returns 7) when it can read either secret, else it is correct
+        src = ("#include <cstdint>\n#include <cstdlib>\n" + SIG +
+               '{ if (getenv("OPENAI_API_KEY") || getenv("RAY_AUTH_TOKEN")) return 7;\n'
+               "  for (int64_t i = 0; i < n; ++i) y[i] = a * x[i] + b; return 0; }")
+        r = EvalResult.from_dict(ev.evaluate(Candidate(task="axpb", language="cpp", source=src, params={})))
+        assert r.tier == 5, r.reason
+    finally:
+        ev.shutdown()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_a_hung_kernel_dies_with_its_evaluator(tmp_path):
+    script = tmp_path / "evaluator.py"
+    script.write_text(
+        "import sys\nfrom kfray.candidate import Candidate\nfrom kfray.config import EvalConfig\n"
+        "from kfray.eval.evaluator import Evaluator\n"
+        f"ev = Evaluator('cpu', EvalConfig(cache_dir={str(tmp_path / 'cache')!r}, timeout_s=300, tune_budget=0))\n"
+        "ev.sandbox._start()\nprint(ev.sandbox.proc.pid, flush=True)\n"
+        f"src = '#include <cstdint>\\n' + {SIG!r} + '{{ volatile int s = 1; while (s) {{}} return 0; }}'\n"
+        "ev.evaluate(Candidate(task='axpb', language='cpp', source=src, params={}))\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        worker = int(proc.stdout.readline())
+        time.sleep(8)                         # compiled by now, and spinning in the sandbox
+        assert _alive(worker)
+        proc.kill()                           # the evaluator dies without a word to its worker
+        proc.wait(10)
+        deadline = time.time() + 15
+        while _alive(worker) and time.time() < deadline:
+            time.sleep(0.2)
+        assert not _alive(worker), "the sandbox worker outlived its evaluator"
+    finally:
+        proc.kill()
