@@ -71,6 +71,9 @@ class EvalConfig:
     torch_compile: bool = False      # PyTorch tasks: also time torch.compile of the reference (a second
                                      # baseline; one compile per task, shape and sandbox; sweeps turn it on)
     tune_budget: int = 3             # @kf.param settings the inner tuner measures per candidate (0: off)
+    placement: str = "none"          # none | spread | pack: a class's evaluators start all together, in
+                                     # one Ray placement group, or the run stops with what is missing
+    placement_timeout_s: float = 120.0   # how long the whole group may wait for its resources
     max_roofline_fraction: float = 1.5   # flag (and never trust) a speedup above this x the device's
                                      # measured copy bandwidth / fp32 rate; 0: no check
 
@@ -173,6 +176,8 @@ def _check(cfg: RunConfig, where: str) -> None:
         raise ConfigError(f"{where}: search.explore/exploit/random must be >= 0 and not all 0")
     if e.timeout_s <= 0:
         raise ConfigError(f"{where}: key 'eval.timeout_s' must be > 0, got {e.timeout_s}")
+    if e.placement not in ("none", "spread", "pack"):
+        raise ConfigError(f"{where}: key 'eval.placement' must be none, spread or pack, got {e.placement!r}")
     if not cfg.tasks or not all(isinstance(t, str) for t in cfg.tasks):
         raise ConfigError(f"{where}: key 'tasks' must be a non-empty list of task names")
     for i, entry in enumerate(cfg.hardware):

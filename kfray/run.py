@@ -20,7 +20,7 @@ from kfray.candidate import TIER_CORRECT, Candidate, EvalResult
 from kfray.cluster import connect
 from kfray.config import EvalConfig, RunConfig, hardware_classes
 from kfray.errors import KfrayError
-from kfray.eval.evaluator import make_evaluators
+from kfray.eval.evaluator import make_evaluators, release_gangs
 from kfray.eval.queue import EvalQueue
 from kfray.prompts.evolver import make_prompt_evolver
 from kfray.search.descriptors import describe
@@ -368,6 +368,12 @@ class Coordinator:
                             continue
                         st.seen.add(h)
                         fresh.append(c)
+                    # A migrant timed again on other hardware may have taken budget this batch had
+                    # reserved: evaluate only what is left (the rest may be proposed again later).
+                    room = max(0, s.budget - st.spent)
+                    for c in fresh[room:]:
+                        st.seen.discard((label, source_hash(c.source, c.params)))
+                    fresh = fresh[:room]
                     st.spent += len(fresh)
                     bar.advance(len(fresh))
                     if not fresh and not known:   # nothing new at all: ask again, no generation passes
@@ -575,6 +581,7 @@ class Coordinator:
                 ray.kill(a)
             except Exception:
                 pass
+        release_gangs(self.name)
 
 
 class _Progress:

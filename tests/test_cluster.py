@@ -28,3 +28,29 @@ def test_heterogeneous_cluster_placement_and_node_loss(tmp_path):
     # the node went away mid-search: nothing lost, nothing evaluated twice, the budget is kept
     assert out["removed_at"] < out["budget"]
     assert out["rows"] == out["distinct"] == out["evaluated"] == out["budget"], out
+
+
+def test_evaluators_start_as_a_gang_or_the_run_says_what_is_missing(ray_local):
+    """eval.placement: one placement group for a class's evaluators; too big a gang fails fast
+    with the resources it wanted and what is free, instead of starting short-handed."""
+    from kfray.config import EvalConfig
+    from kfray.errors import KfrayError
+    from kfray.eval.evaluator import make_evaluators, release_gangs
+    from ray.util.placement_group import placement_group_table
+
+    ray = ray_local
+    cfg = EvalConfig(placement="spread", num_cpus=1, placement_timeout_s=5, tune_budget=0)
+    evs = make_evaluators("cpu", cfg, 2, "gangtest")
+    try:
+        infos = ray.get([e.info.remote() for e in evs], timeout=120)
+        assert [i["name"] for i in infos] == ["cpu-0", "cpu-1"]
+        groups = [g for g in placement_group_table().values() if g["name"] == "gangtest-evaluators-cpu"]
+        assert groups and groups[0]["state"] == "CREATED" and len(groups[0]["bundles"]) == 2
+    finally:
+        for e in evs:
+            ray.kill(e)
+        release_gangs("gangtest")
+    assert all(g["state"] == "REMOVED" for g in placement_group_table().values() if g["name"].startswith("gangtest"))
+    too_many = EvalConfig(placement="pack", num_cpus=1, placement_timeout_s=3, tune_budget=0)
+    with pytest.raises(KfrayError, match=r"cannot place 64 evaluators of \{'CPU': 1.0\}.*free now"):
+        make_evaluators("cpu", too_many, 64, "gangtest2")
