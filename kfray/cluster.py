@@ -51,6 +51,7 @@ def connect(address: str = "", num_cpus: int | None = None) -> None:
     if ray.is_initialized():
         return
     kwargs = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
+    address = address or os.environ.get("RAY_ADDRESS", "")   # set by `ray job submit` for its jobs
     if address:
         probe_address(address)
         try:
@@ -60,7 +61,9 @@ def connect(address: str = "", num_cpus: int | None = None) -> None:
                              "with `ray start --head` (and `RAY_AUTH_MODE=token` where token authentication is "
                              "on), or leave --address out to run locally") from None
         return
-    ray.init(num_cpus=max(num_cpus or 0, os.cpu_count() or 1), **kwargs)
+    # "local": always a new instance of our own, never whichever other Ray instance on this
+    # machine wrote itself down last (another user's, or another run's)
+    ray.init(address="local", num_cpus=max(num_cpus or 0, os.cpu_count() or 1), **kwargs)
 
 
 def resources() -> dict:
