@@ -61,6 +61,7 @@ class TaskState:
     ref: str
     islands: list = field(default_factory=list)
     spent: int = 0                    # candidates submitted for evaluation (the budget counts these)
+    budget: int = 0                   # this task's evaluations; with search.share_budget it can grow
     proposals: int = 0                # including duplicates that were not evaluated
     seen: set = field(default_factory=set)
     generations: list = field(default_factory=list)
@@ -322,7 +323,9 @@ class Coordinator:
         batches: dict[tuple[str, int], dict] = {}     # (task, island) -> {"pending": set, "done": list}
         busy: set[tuple[str, int]] = set()
         owner: dict[str, tuple] = {}                 # candidate id -> (task, island) or (task, "retime", ...)
-        bar = _Progress(self.progress, sum(s.budget for _ in states), states)
+        for st in states.values():
+            st.budget = st.budget or s.budget
+        bar = _Progress(self.progress, sum(st.budget for st in states.values()), states)
         bar.advance(sum(st.spent for st in states.values()))
         deadline = t_start + s.time_limit_s if s.time_limit_s > 0 else float("inf")
         while True:
@@ -331,13 +334,15 @@ class Coordinator:
                 reserved = sum(len(b["pending"]) for (t, _), b in batches.items() if t == st.ref)
                 reserved += sum(n for f, (t2, _) in proposing.items() if t2 is st for n in [s.batch])
                 for i, isl in enumerate(st.islands):
-                    left = s.budget - st.spent - reserved
+                    left = st.budget - st.spent - reserved
                     if (st.ref, i) in busy or left <= 0 or out_of_time or st.proposals > 20 * s.budget:
                         continue
                     n = min(s.batch, left)
                     proposing[isl.propose.remote(n)] = (st, i)
                     busy.add((st.ref, i))
                     reserved += n
+            if s.share_budget:
+                _share_leftovers(states, busy, 20 * s.budget)
             waitable = list(proposing) + list(ingesting)
             if not waitable and not self._pending():
                 break
@@ -370,7 +375,7 @@ class Coordinator:
                         fresh.append(c)
                     # A migrant timed again on other hardware may have taken budget this batch had
                     # reserved: evaluate only what is left (the rest may be proposed again later).
-                    room = max(0, s.budget - st.spent)
+                    room = max(0, st.budget - st.spent)
                     for c in fresh[room:]:
                         st.seen.discard((label, source_hash(c.source, c.params)))
                     fresh = fresh[:room]
@@ -407,7 +412,7 @@ class Coordinator:
                     self.store.add_transitions(st.ref, info["records"], mine)
                     _adopt_tuned_params(st, info["records"], mine)
                     if info["summary"].get("exhausted"):
-                        st.spent = max(st.spent, s.budget)
+                        st.spent = max(st.spent, st.budget)
                     st.generations[i] = info["summary"]["generation"]
                     if info["state"] is not None:
                         st.checkpoints[i] = info["state"]
@@ -465,7 +470,7 @@ class Coordinator:
                     rows += [(st.ref, st.migration_rounds, src, dst, c["id"], accepted > 0) for c, _ in pairs]
                 elif a.language == b.language:
                     for c, r in pairs:
-                        if st.spent >= s.budget:      # timing it again would overspend the budget
+                        if st.spent >= st.budget:     # timing it again would overspend the budget
                             break
                         known = st.known.get((b.label, source_hash(c["source"], c["params"])))
                         if known:                     # already timed on b: that result competes
@@ -582,6 +587,21 @@ class Coordinator:
             except Exception:
                 pass
         release_gangs(self.name)
+
+
+def _share_leftovers(states: dict, busy: set, saturated_after: int) -> None:
+    """One evaluation budget for all tasks (sweeps): a task that can use no more of its share
+    (its islands keep proposing kernels already evaluated) and has nothing in flight hands what is
+    left to the tasks that can, evenly."""
+    done = [st for st in states.values() if st.proposals > saturated_after and st.spent < st.budget
+            and not any(t == st.ref for t, _ in busy)]
+    for st in done:
+        takers = [o for o in states.values() if o is not st and o.proposals <= saturated_after]
+        if not takers:
+            return
+        left, st.budget = st.budget - st.spent, st.spent
+        for k, o in enumerate(takers):
+            o.budget += left // len(takers) + (1 if k < left % len(takers) else 0)
 
 
 class _Progress:

@@ -255,7 +255,8 @@ def run_sweep(cfg, refs: list[str], run_dir: str | Path | None = None, skipped: 
               progress: bool = True, budget_total: int = 0, title: str = "kfray sweep",
               budget_tokens: int = 0, budget_cost: float = 0.0) -> dict[str, Any]:
     """One search over every ref with the config's evaluator pool. Evaluations are per task
-    (search.budget) or, given budget_total, split evenly; LLM tokens and cost (budget_tokens /
+    (search.budget) or, given budget_total, split evenly, and shared: a task that can use no more
+    of its share (search.share_budget) hands the rest to the others; LLM tokens and cost (budget_tokens /
     budget_cost, else proposer.token_budget / proposer.max_cost) are one budget for all tasks: the
     run's islands share one ledger, and once it is spent every task stops proposing and the sweep
     ends with its table. Returns the run summary plus `sweep`."""
@@ -265,6 +266,7 @@ def run_sweep(cfg, refs: list[str], run_dir: str | Path | None = None, skipped: 
         raise KfrayError("nothing to sweep: no task could be loaded"
                          + ("".join(f"\n  {r}: {w}" for r, w in (skipped or {}).items())))
     cfg.tasks = list(refs)
+    cfg.search.share_budget = True
     if budget_total:
         per = budget_total // len(refs)
         if per < 1:

@@ -216,3 +216,30 @@ def test_sweep_shares_one_token_budget_and_reports_both_baselines(ray_local, tmp
     md = (tmp_path / "sweep" / "sweep.md").read_text()
     assert "speedup vs torch.compile" in md and "stopped: token budget spent" in md
     assert json.loads((tmp_path / "sweep" / "sweep.json").read_text())["budget"]["stopped_by"] == "token budget"
+
+
+def test_a_task_that_runs_out_of_new_kernels_leaves_its_budget_to_the_others(ray_local, tmp_path, tmp_cache):
+    """One evaluation budget for the suite: a task whose islands can only repeat what was
+    evaluated stops early, and the evaluations it leaves go to the tasks that can use them."""
+    import shutil
+
+    from kfray.config import load_config
+
+    fixed = tmp_path / "pkgs" / "fixed"
+    shutil.copytree(DATA / "packages" / "vscale", fixed)
+    (fixed / "task.yaml").write_text((fixed / "task.yaml").read_text().replace("name: vscale", "name: fixed"))
+    (fixed / "seeds" / "cpp_simd.cpp").unlink()
+    # one seed, no parameters, no loop the offline proposer can edit: nothing new to propose
+    (fixed / "seeds" / "cpp_naive.cpp").write_text(
+        '#include <cstdint>\n#include <cstring>\nextern "C" int kf_forward(const float* x, float* y, float alpha, '
+        'int64_t n) {\n    std::memcpy(y, x, n * sizeof(float));\n    return alpha == 1.0f ? 0 : 0;\n}\n')
+    shutil.copytree(DATA / "packages" / "vscale", tmp_path / "pkgs" / "vscale")
+    cfg = load_config(None, ["search.islands=2", "eval.evaluators=2", "eval.backend=cpu", "eval.tune_budget=0",
+                             f"eval.cache_dir={tmp_cache}"])
+    refs, skipped = plan(str(tmp_path / "pkgs"), None, None, "cpp", offline=True)
+    assert len(refs) == 2 and not skipped
+    s = run_sweep(cfg, refs, tmp_path / "sweep", skipped, progress=False, budget_total=16)
+    per = {Path(r["task"].split(":", 1)[1]).name: r["evaluated"] for r in s["sweep"]["rows"]}
+    assert per["fixed"] < 8, per                         # it had nothing more to evaluate
+    assert per["vscale"] > 8, per                        # and its share went to vscale
+    assert per["fixed"] + per["vscale"] <= 16, per       # never more than the suite's budget
