@@ -323,8 +323,9 @@ needs_cuda_torch = pytest.mark.skipif(shutil.which("nvcc") is None or torch.vers
                                       reason="needs nvcc and a CUDA build of PyTorch")
 
 
-@needs_cuda_torch
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (a CUDA toolkit)")
 def test_cu_extension_compiles_with_nvcc(tasks, cache_env, monkeypatch):
+    """Where a CUDA toolkit is present: against a CPU-only PyTorch too (no CUDA libraries to link)."""
     monkeypatch.setenv("KFRAY_CUDA_ARCH", "sm_90")
     backend = get_backend("torch_ext_cuda", EvalConfig())
     build = backend.compile(LINEAR_RELU_CU, {}, load_task(tasks["kb"]))
