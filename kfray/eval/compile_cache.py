@@ -10,13 +10,40 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
+import subprocess
 import threading
 from collections import OrderedDict
 from pathlib import Path
+from typing import Callable
 
 
 def default_root() -> Path:
     return Path(os.environ.get("KFRAY_CACHE") or Path.home() / ".cache" / "kfray")
+
+
+def run_compiler(cmd: list[str], timeout: float) -> tuple[int, str]:
+    """(exit code, stderr + stdout) of a compiler run in its own session, so a timeout kills every
+    process it started (nvcc's cicc and ptxas, g++'s cc1plus), not only the driver. A timeout is a
+    CompileError; a compiler that cannot be started is a BackendError."""
+    from kfray.errors import BackendError
+    from kfray.eval.backends.base import CompileError
+
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+    except OSError as e:
+        raise BackendError(f"cannot run {cmd[0]}: {e}") from None
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError, OSError):
+            proc.kill()
+        proc.communicate()
+        raise CompileError(f"{Path(cmd[0]).name} timed out after {timeout:.0f} s") from None
+    return proc.returncode, (err + "\n" + out).strip()
 
 
 class CompileCache:
@@ -69,6 +96,27 @@ class CompileCache:
         # Unique per process and thread (a GPU evaluator compiles on several threads); suffix last:
         # compilers read it.
         return p.with_name(f".{key}.{os.getpid()}.{threading.get_ident()}.tmp{suffix}")
+
+    def compile_source(self, key: str, source: str, src_suffix: str, command: Callable[[Path, Path], list[str]],
+                       timeout: float) -> tuple[Path, int, str]:
+        """Compile `source` to a temporary `.so` beside its key: `command(src, out)` is the compiler's
+        argument list (never a shell string: nothing from a model reaches a shell). Returns the
+        artifact, for the caller to `commit` once it is good; the exit code; and the compiler's
+        output, the temporary source named `kernel<src_suffix>` in it. After a failed compile
+        the artifact does not exist."""
+        src = self.temp_path(key, src_suffix)
+        src.write_text(source)
+        out = self.temp_path(key, ".so")
+        try:
+            rc, text = run_compiler(command(src, out), timeout)
+        except BaseException:
+            out.unlink(missing_ok=True)
+            raise
+        finally:
+            src.unlink(missing_ok=True)
+        if rc != 0 or not out.exists():
+            out.unlink(missing_ok=True)
+        return out, rc, text.replace(str(src), "kernel" + src_suffix).replace(src.name, "kernel" + src_suffix)
 
     def commit(self, tmp: Path, key: str, suffix: str) -> Path:
         final = self.path(key, suffix)

@@ -516,11 +516,19 @@ def run_job(backend, fn: Callable, task, job: dict) -> dict:
             return _fail(tier, f"after the timed runs, a check on fresh inputs failed: {why}", stages, **extra)
     stages["recheck"] = time.perf_counter() - t0
 
-    flags, roof = roofline_flags(backend, task, job, facts, rotated)
-    out_facts: dict[str, Any] = {"per_shape": facts, "roofline": roof}
+    extra: dict[str, Any] = {}
     if compiled:
         from kfray.eval.torch_compile import compile_facts
-        out_facts["torch_compile"] = compile_facts(compiled)
+        extra["torch_compile"] = compile_facts(compiled)
+    return correct_result(backend, task, job, facts, rotated, times, ref_times, spreads, stages, extra)
+
+
+def correct_result(backend, task, job: dict, facts: dict, rotated, times: dict, ref_times: dict,
+                   spreads: list, stages: dict, extra_facts: dict | None = None) -> dict:
+    """The result of a kernel that passed every check. Its timing is checked against the roofline
+    last: one faster than the hardware allows is kept but flagged, and its speedup not trusted."""
+    flags, roof = roofline_flags(backend, task, job, facts, rotated)
+    out_facts: dict[str, Any] = {"per_shape": facts, "roofline": roof, **(extra_facts or {})}
     reason = ""
     if flags:
         out_facts["flags"] = flags

@@ -34,7 +34,7 @@ import numpy as np
 
 from kfray.candidate import TIER_CORRECT, TIER_RUNTIME_ERROR, TIER_WRONG_SHAPE, TIER_WRONG_VALUES
 from kfray.eval.measure import (_REF_TIMES, LATE_WRITE_WAIT_S, _fail, _input_changed, _rotation, compare,
-                                roofline_flags, time_fn)
+                                correct_result, time_fn)
 
 
 def positional(task, tensors: dict) -> list:
@@ -289,13 +289,5 @@ def _run(backend, fwd: Callable, task, job: dict) -> dict:
             return _fail(tier, f"after the timed runs, a check on fresh inputs failed: {why}", stages, **extra)
     stages["recheck"] = time.perf_counter() - t0
 
-    flags, roof = roofline_flags(backend, task, job, facts, rotated)
-    out_facts: dict[str, Any] = {"per_shape": facts, "roofline": roof, "form": "torch_ext"}
-    reason = ""
-    if flags:
-        out_facts["flags"] = flags
-        out_facts["untrusted"] = "; ".join(flags)
-        reason = ("flagged, speedup not trusted (counts as 0): " + "; ".join(flags) +
-                  ". Faster than the hardware allows means the timing missed work")
-    return {"tier": TIER_CORRECT, "reason": reason, "times": times, "ref_times": ref_times,
-            "noise": float(max(spreads) if spreads else 0.0), "facts": out_facts, "stage_seconds": stages}
+    return correct_result(backend, task, job, facts, rotated, times, ref_times, spreads, stages,
+                          {"form": "torch_ext"})

@@ -110,21 +110,10 @@ class CpuBackend(Backend):
         hit = self.cache.lookup(key, ".so")
         if hit:
             return Build(str(hit), time.perf_counter() - t0, True)
-        src = self.cache.temp_path(key, ".cpp")
-        src.write_text(source)
-        tmp = self.cache.temp_path(key, ".so")
-        try:
-            # An argument list, never a shell string: nothing from a model reaches a shell.
-            proc = subprocess.run([cxx, *flags, str(src), "-o", str(tmp)], capture_output=True, text=True,
-                                  timeout=self.cfg.compile_timeout_s)
-        except subprocess.TimeoutExpired:
-            raise CompileError(f"compiler timed out after {self.cfg.compile_timeout_s:.0f} s") from None
-        finally:
-            src.unlink(missing_ok=True)
-        if proc.returncode != 0 or not tmp.exists():
-            tmp.unlink(missing_ok=True)
-            msg = (proc.stderr or proc.stdout).replace(str(src), "kernel.cpp")
-            raise CompileError(msg.strip()[-4000:] or f"compiler exited with {proc.returncode}")
+        tmp, rc, text = self.cache.compile_source(
+            key, source, ".cpp", lambda src, out: [cxx, *flags, str(src), "-o", str(out)], self.cfg.compile_timeout_s)
+        if rc != 0 or not tmp.exists():
+            raise CompileError(text[-4000:] or f"compiler exited with {rc}")
         path = self.cache.commit(tmp, key, ".so")
         return Build(str(path), time.perf_counter() - t0, False)
 

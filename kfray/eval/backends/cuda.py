@@ -20,7 +20,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import threading
 import sys
@@ -163,22 +162,6 @@ def _demangle(names: list[str], nvcc: str) -> dict[str, str]:
     except (OSError, subprocess.SubprocessError):
         return {}
     return {n: d.strip() for n, d in zip(names, out) if d.strip() and d.strip() != n}
-
-
-def _run_compiler(cmd: list[str], timeout: float) -> tuple[int, str, str]:
-    """Run nvcc in its own session so a timeout kills cicc/ptxas/g++ too, not only the driver."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError, OSError):
-            proc.kill()
-        proc.communicate()
-        raise
-    return proc.returncode, out, err
 
 
 # --------------------------------------------------------------------------------------------
@@ -489,21 +472,11 @@ class CudaBackend(Backend):
             except (OSError, ValueError):
                 facts = {}
             return Build(str(hit), time.perf_counter() - t0, True, facts)
-        src = self.cache.temp_path(key, ".cu")
-        src.write_text(source)
-        tmp = self.cache.temp_path(key, ".so")
-        cmd = [nvcc, *flags, "--pre-include", str(self._harness_path()), str(src), "-o", str(tmp)]
-        try:
-            # An argument list, never a shell string: nothing from a model reaches a shell.
-            rc, out, err = _run_compiler(cmd, self.cfg.compile_timeout_s)
-        except subprocess.TimeoutExpired:
-            tmp.unlink(missing_ok=True)
-            raise CompileError(f"nvcc timed out after {self.cfg.compile_timeout_s:.0f} s") from None
-        finally:
-            src.unlink(missing_ok=True)
-        text = (err + "\n" + out).replace(str(src), "kernel.cu").replace(src.name, "kernel.cu")
+        # An argument list, never a shell string: nothing from a model reaches a shell.
+        tmp, rc, text = self.cache.compile_source(
+            key, source, ".cu", lambda src, out: [nvcc, *flags, "--pre-include", str(self._harness_path()), str(src),
+                                                  "-o", str(out)], self.cfg.compile_timeout_s)
         if rc != 0 or not tmp.exists():
-            tmp.unlink(missing_ok=True)
             lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("ptxas info")
                      and not re.match(r"\s+\d+ bytes stack frame", ln)]
             msg = "\n".join(lines) or text

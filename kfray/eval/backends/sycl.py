@@ -497,20 +497,10 @@ class SyclBackend(Backend):
         hit = self.cache.lookup(key, ".so")
         if hit:
             return Build(str(hit), time.perf_counter() - t0, True, {"sycl_form": "aot"})
-        src = self.cache.temp_path(key, ".cpp")
-        src.write_text(source)
-        tmp = self.cache.temp_path(key, ".so")
-        try:
-            proc = subprocess.run([cxx, *flags, str(src), "-o", str(tmp)], capture_output=True, text=True,
-                                  timeout=self.cfg.compile_timeout_s)
-        except subprocess.TimeoutExpired:
-            raise CompileError(f"{Path(cxx).name} timed out after {self.cfg.compile_timeout_s:.0f} s") from None
-        finally:
-            src.unlink(missing_ok=True)
-        if proc.returncode != 0 or not tmp.exists():
-            tmp.unlink(missing_ok=True)
-            raise CompileError(clean_diagnostics((proc.stderr or proc.stdout).replace(str(src), "kernel.cpp"), shift)
-                               or f"{Path(cxx).name} exited with {proc.returncode}")
+        tmp, rc, text = self.cache.compile_source(
+            key, source, ".cpp", lambda src, out: [cxx, *flags, str(src), "-o", str(out)], self.cfg.compile_timeout_s)
+        if rc != 0 or not tmp.exists():
+            raise CompileError(clean_diagnostics(text, shift) or f"{Path(cxx).name} exited with {rc}")
         path = self.cache.commit(tmp, key, ".so")
         return Build(str(path), time.perf_counter() - t0, False, {"sycl_form": "aot"})
 

@@ -22,7 +22,6 @@ import importlib.machinery
 import importlib.util
 import os
 import re
-import subprocess
 import sysconfig
 import threading
 import time
@@ -34,7 +33,7 @@ import numpy as np
 
 from kfray.errors import BackendError
 from kfray.eval.backends.base import Backend, Build, CompileError
-from kfray.eval.compile_cache import CompileCache
+from kfray.eval.compile_cache import CompileCache, run_compiler
 from kfray.source import define_flags
 
 LANGUAGE = "torch_ext"
@@ -82,19 +81,6 @@ def torch_build_info() -> dict[str, Any]:
 
 def module_name(artifact: str) -> str:
     return "kf_ext_" + Path(artifact).name.split(".")[0]
-
-
-def _run(cmd: list[str], timeout: float) -> tuple[int, str]:
-    """Run a compiler in its own session, so a timeout kills every process it started."""
-    from kfray.eval.backends.cuda import _run_compiler
-
-    try:
-        rc, out, err = _run_compiler(cmd, timeout)
-    except subprocess.TimeoutExpired:
-        raise CompileError(f"{Path(cmd[0]).name} timed out after {timeout:.0f} s") from None
-    except OSError as e:
-        raise BackendError(f"cannot run {cmd[0]}: {e}") from None
-    return rc, (err + "\n" + out).strip()
 
 
 class TorchExtCpuBackend(Backend):
@@ -163,19 +149,12 @@ class TorchExtCpuBackend(Backend):
             return Build(str(hit), time.perf_counter() - t0, True)
         timeout = max(self.cfg.compile_timeout_s, MIN_COMPILE_TIMEOUT_S)
         pch = self._pch(cc, version, self._common_flags(info), info, timeout)
-        src = self.cache.temp_path(key, self.suffix)
-        src.write_text(source)
-        tmp = self.cache.temp_path(key, ".so")
         name = "kf_ext_" + key
-        # An argument list, never a shell string: nothing from a model reaches a shell.
-        cmd = [cc, *common, *pch, f"-DTORCH_EXTENSION_NAME={name}", str(src), "-o", str(tmp), *link]
-        try:
-            rc, text = _run(cmd, timeout)
-        finally:
-            src.unlink(missing_ok=True)
+        tmp, rc, text = self.cache.compile_source(
+            key, source, self.suffix,
+            lambda src, out: [cc, *common, *pch, f"-DTORCH_EXTENSION_NAME={name}", str(src), "-o", str(out), *link],
+            timeout)
         if rc != 0 or not tmp.exists():
-            tmp.unlink(missing_ok=True)
-            text = text.replace(str(src), "kernel" + self.suffix).replace(src.name, "kernel" + self.suffix)
             raise CompileError(_diagnostics(text) or f"{Path(cc).name} exited with {rc}")
         path = self.cache.commit(tmp, key, ".so")
         return Build(str(path), time.perf_counter() - t0, False, {"pch": bool(pch)})
@@ -195,7 +174,7 @@ class TorchExtCpuBackend(Backend):
                 tmp_h.write_text("#include <torch/extension.h>\n")
                 os.replace(tmp_h, header)
                 tmp = self.cache.temp_path(key, ".h.gch")
-                rc, _ = _run([cc, *common, "-x", "c++-header", str(header), "-o", str(tmp)], timeout)
+                rc, _ = run_compiler([cc, *common, "-x", "c++-header", str(header), "-o", str(tmp)], timeout)
                 if rc != 0 or not tmp.exists():
                     tmp.unlink(missing_ok=True)
                     return []
