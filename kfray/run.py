@@ -330,6 +330,9 @@ class Coordinator:
         deadline = t_start + s.time_limit_s if s.time_limit_s > 0 else float("inf")
         while True:
             out_of_time = time.time() > deadline
+            if s.share_budget:
+                # before proposing: a task that finished its own share may take what another left
+                _share_leftovers(states, busy, 20 * s.budget)
             for st in states.values():
                 reserved = sum(len(b["pending"]) for (t, _), b in batches.items() if t == st.ref)
                 reserved += sum(n for f, (t2, _) in proposing.items() if t2 is st for n in [s.batch])
@@ -341,8 +344,6 @@ class Coordinator:
                     proposing[isl.propose.remote(n)] = (st, i)
                     busy.add((st.ref, i))
                     reserved += n
-            if s.share_budget:
-                _share_leftovers(states, busy, 20 * s.budget)
             waitable = list(proposing) + list(ingesting)
             if not waitable and not self._pending():
                 break
