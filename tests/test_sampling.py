@@ -44,6 +44,19 @@ def test_exploit_favours_the_fittest():
     assert counts[(0, 0, 0)] > counts[(0, 0, 1)] > counts[(0, 1, 0)]
 
 
+def test_exploit_weighs_speed_not_the_tier_offset():
+    """Fitness is tier + speedup, so 5.76 against 5.38 looks close; a kernel at half the best speed
+    must still be picked far less often than the best, at any speedup scale."""
+    for best, half in ((0.76, 0.38), (2.0, 1.0), (40.0, 20.0)):
+        a = Archive(dims=(4, 4, 4))
+        _put(a, (0, 0, 0), speedup=best)
+        _put(a, (1, 0, 0), speedup=half)
+        rng = random.Random(3)
+        counts = Counter(select_parent(a, rng, explore=0.0, exploit=1.0, random_w=0.0)[0].candidate.cell
+                         for _ in range(400))
+        assert counts[(1, 0, 0)] < 0.15 * counts[(0, 0, 0)], (best, counts)
+
+
 def test_explore_favours_rarely_visited_cells():
     a = _archive()
     rng = random.Random(2)

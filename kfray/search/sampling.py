@@ -28,9 +28,22 @@ def mode_weights(archive: Archive, elites: list[Elite], mode: str) -> list[float
     if mode == "explore":
         return [1.0 / (1 + archive.visits.get(tuple(e.candidate.cell), 0)) ** 2 for e in elites]
     if mode == "exploit":
-        best = max(e.result.fitness for e in elites)
-        return [math.exp(4.0 * (e.result.fitness - best) / max(best, 1e-9)) for e in elites]
+        scores = [_exploit_score(e) for e in elites]
+        best = max(scores)
+        return [math.exp(EXPLOIT_SHARPNESS * (s - best)) for s in scores]
     return [1.0] * len(elites)
+
+
+EXPLOIT_SHARPNESS = 4.0
+
+
+def _exploit_score(e: Elite) -> float:
+    """Tier, plus the log of the speedup once correct: a kernel at half the best speedup weighs
+    2^-4 of the best whatever the speedups are. (On fitness itself, tier + speedup, the tier's
+    offset drowned the differences: a kernel at half the best speedup weighed ~0.8 of it, and
+    "exploit" was close to uniform among correct kernels.)"""
+    r = e.result
+    return r.tier + (math.log(r.speedup) if r.correct and r.speedup > 0 else 0.0)
 
 
 def _normalised(w: list[float]) -> list[float]:
