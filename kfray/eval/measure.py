@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
@@ -459,7 +460,7 @@ def run_job(backend, fn: Callable, task, job: dict) -> dict:
         return _fail(tier, reason, stages, **extra)
 
     t0 = time.perf_counter()
-    times, ref_times, spreads, facts, rotated, compiled = {}, {}, [], {}, {}, {}
+    timings, compiled = Timings(), {}
     cache_bytes = job.get("cache_bytes", 32 << 20)
     for shape in task.shapes:
         n_sets = _rotation(task, shape, cache_bytes)
@@ -482,24 +483,15 @@ def run_job(backend, fn: Callable, task, job: dict) -> dict:
         bad = _verify_sets(backend, task, shape, hosts, sets, spots)
         if bad:
             return _fail(*bad, stages)
-        med = float(np.median(ts))
-        times[shape] = med
-        q75, q25 = np.percentile(ts, [75, 25])
-        spreads.append(float((q75 - q25) / med) if med > 0 else 0.0)
         key = (task.ref, shape, backend.name)
         if key not in _REF_TIMES:
             rts = time_fn(backend, lambda i: backend.reference(task, sets[i]), n_sets, 1, job["repeats"],
                           max(job["repeats"], job["max_repeats"] // 2), job["min_time"])
             _REF_TIMES[key] = float(np.median(rts))
-        ref_times[shape] = _REF_TIMES[key]
+        timings.add(task, shape, ts, n_sets, _REF_TIMES[key], spot_checked=spots.calls)
         if job.get("torch_compile"):     # the second baseline (kfray/eval/torch_compile.py)
             from kfray.eval.torch_compile import compiled_reference_time
             compiled[shape] = compiled_reference_time(backend, task, shape, hosts, job)
-        nbytes, flops = task.cost(shape)
-        rotated[shape] = (n_sets * nbytes, n_sets)
-        facts[shape] = {"gbps": nbytes / med / 1e9 if med > 0 else 0.0,
-                        "gflops": flops / med / 1e9 if med > 0 else 0.0, "repeats": len(ts),
-                        "spot_checked": spots.calls}
         del sets, hosts, spots
     stages["timing"] = time.perf_counter() - t0
     sticky = backend.check_sticky_error()
@@ -520,21 +512,43 @@ def run_job(backend, fn: Callable, task, job: dict) -> dict:
     if compiled:
         from kfray.eval.torch_compile import compile_facts
         extra["torch_compile"] = compile_facts(compiled)
-    return correct_result(backend, task, job, facts, rotated, times, ref_times, spreads, stages, extra)
+    return correct_result(backend, task, job, timings, stages, extra)
 
 
-def correct_result(backend, task, job: dict, facts: dict, rotated, times: dict, ref_times: dict,
-                   spreads: list, stages: dict, extra_facts: dict | None = None) -> dict:
+@dataclass
+class Timings:
+    """What the timing of a correct kernel gathers per shape, for `correct_result`."""
+    times: dict = field(default_factory=dict)       # shape -> median seconds
+    ref_times: dict = field(default_factory=dict)   # shape -> reference seconds
+    spreads: list = field(default_factory=list)     # relative IQR of each shape's timings
+    facts: dict = field(default_factory=dict)       # shape -> achieved GB/s, GFLOP/s, repeats...
+    rotated: dict = field(default_factory=dict)     # shape -> (bytes the rotated sets touch, sets)
+
+    def add(self, task, shape: str, ts, n_sets: int, ref_time: float, **more_facts) -> None:
+        med = float(np.median(ts))
+        q75, q25 = np.percentile(ts, [75, 25])
+        nbytes, flops = task.cost(shape)
+        self.times[shape] = med
+        self.ref_times[shape] = ref_time
+        self.spreads.append(float((q75 - q25) / med) if med > 0 else 0.0)
+        self.rotated[shape] = (n_sets * nbytes, n_sets)
+        self.facts[shape] = {"gbps": nbytes / med / 1e9 if med > 0 else 0.0,
+                             "gflops": flops / med / 1e9 if med > 0 else 0.0, "repeats": len(ts), **more_facts}
+
+
+def correct_result(backend, task, job: dict, timings: Timings, stages: dict,
+                   extra_facts: dict | None = None) -> dict:
     """The result of a kernel that passed every check. Its timing is checked against the roofline
     last: one faster than the hardware allows is kept but flagged, and its speedup not trusted."""
-    flags, roof = roofline_flags(backend, task, job, facts, rotated)
-    out_facts: dict[str, Any] = {"per_shape": facts, "roofline": roof, **(extra_facts or {})}
+    t = timings
+    flags, roof = roofline_flags(backend, task, job, t.facts, t.rotated)
+    out_facts: dict[str, Any] = {"per_shape": t.facts, "roofline": roof, **(extra_facts or {})}
     reason = ""
     if flags:
         out_facts["flags"] = flags
         out_facts["untrusted"] = "; ".join(flags)
         reason = ("flagged, speedup not trusted (counts as 0): " + "; ".join(flags) +
                   ". Faster than the hardware allows means the timing missed work")
-    return {"tier": TIER_CORRECT, "reason": reason, "times": times, "ref_times": ref_times,
-            "noise": float(max(spreads) if spreads else 0.0), "facts": out_facts,
+    return {"tier": TIER_CORRECT, "reason": reason, "times": t.times, "ref_times": t.ref_times,
+            "noise": float(max(t.spreads) if t.spreads else 0.0), "facts": out_facts,
             "stage_seconds": stages}

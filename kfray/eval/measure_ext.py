@@ -34,7 +34,7 @@ import numpy as np
 
 from kfray.candidate import TIER_CORRECT, TIER_RUNTIME_ERROR, TIER_WRONG_SHAPE, TIER_WRONG_VALUES
 from kfray.eval.measure import (_REF_TIMES, LATE_WRITE_WAIT_S, _fail, _input_changed, _rotation, compare,
-                                correct_result, time_fn)
+                                Timings, correct_result, time_fn)
 
 
 def positional(task, tensors: dict) -> list:
@@ -261,21 +261,13 @@ def _run(backend, fwd: Callable, task, job: dict) -> dict:
         return {**_fail(TIER_RUNTIME_ERROR, sticky, stages), "recycle": True}
 
     t0 = time.perf_counter()
-    times, ref_times, spreads, facts, rotated = {}, {}, [], {}, {}
+    timings = Timings()
     for shape in task.shapes:
         n_sets = _rotation(task, shape, job.get("cache_bytes", 32 << 20))
         ts, bad = _time_shape(backend, fwd, task, shape, n_sets, rng, job)
         if bad:
             return _fail(*bad, stages)
-        med = float(np.median(ts))
-        times[shape] = med
-        q75, q25 = np.percentile(ts, [75, 25])
-        spreads.append(float((q75 - q25) / med) if med > 0 else 0.0)
-        ref_times[shape] = _REF_TIMES[(task.ref, shape, backend.name)]
-        nbytes, flops = task.cost(shape)
-        rotated[shape] = (n_sets * nbytes, n_sets)
-        facts[shape] = {"gbps": nbytes / med / 1e9 if med > 0 else 0.0,
-                        "gflops": flops / med / 1e9 if med > 0 else 0.0, "repeats": len(ts)}
+        timings.add(task, shape, ts, n_sets, _REF_TIMES[(task.ref, shape, backend.name)])
     stages["timing"] = time.perf_counter() - t0
     sticky = backend.check_sticky_error()
     if sticky:
@@ -289,5 +281,4 @@ def _run(backend, fwd: Callable, task, job: dict) -> dict:
             return _fail(tier, f"after the timed runs, a check on fresh inputs failed: {why}", stages, **extra)
     stages["recheck"] = time.perf_counter() - t0
 
-    return correct_result(backend, task, job, facts, rotated, times, ref_times, spreads, stages,
-                          {"form": "torch_ext"})
+    return correct_result(backend, task, job, timings, stages, {"form": "torch_ext"})
