@@ -21,6 +21,7 @@ def _weighted(rng: random.Random, elites: list[Elite], weights: list[float]) -> 
 
 MODES = ("explore", "exploit", "random")
 STRATEGIES = ("mutate", "intensify", "specialize", "balance")
+EXPLOIT_SHARPNESS = 4.0     # exploit weight: exp(sharpness * (score - best score))
 
 
 def mode_weights(archive: Archive, elites: list[Elite], mode: str) -> list[float]:
@@ -32,9 +33,6 @@ def mode_weights(archive: Archive, elites: list[Elite], mode: str) -> list[float
         best = max(scores)
         return [math.exp(EXPLOIT_SHARPNESS * (s - best)) for s in scores]
     return [1.0] * len(elites)
-
-
-EXPLOIT_SHARPNESS = 4.0
 
 
 def _exploit_score(e: Elite) -> float:
