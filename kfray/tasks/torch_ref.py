@@ -114,6 +114,7 @@ class TorchTask(Task):
     input_args: list[str] = field(default_factory=list)        # arg names of the forward inputs, in order
     fixed_inputs: dict[int, Any] = field(default_factory=dict) # forward positions that are not tensors
     configs: dict[str, dict] = field(default_factory=dict)     # shape config -> problem settings
+    suite: Any = None                                          # SuiteSpec: how the suite itself runs it
     _templates: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     # --- inputs ----------------------------------------------------------------------------------

@@ -1,0 +1,52 @@
+"""How a public suite itself runs one of its tasks: what kfray needs to judge a kernel the suite's
+way (kfray/eval/suite_harness.py) rather than by its own rules.
+
+A TorchTask loaded from a suite's files carries one `SuiteSpec` (`task.suite`); built-in tasks and
+task packages carry none. The spec is plain data, so a worker process rebuilds it from the task ref.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+RKB = "rkb"
+KERNELBENCH = "kernelbench"
+RKB_MODES = ("single", "multi", "multi_input", "multi_init")
+
+# KernelBench's tolerance by precision (src/kernelbench/eval.py, get_tolerance_for_precision),
+# used for atol and rtol alike.
+KB_TOLERANCE = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 1e-2}
+# robust-kbench's run_kernel.py defaults (--op_atol / --op_rtol), its trials and timing.
+RKB_TOLERANCE = 1e-3
+SUITE_TRIALS = 5          # both suites: 5 correctness trials, seeds drawn after manual_seed(42)
+SUITE_SEED = 42
+
+
+@dataclass(frozen=True)
+class RkbConfig:
+    """One configuration as robust-kbench runs it: its name (the suite's config string), the
+    settings for `Model(**init)` and those for `get_inputs(**inputs)`."""
+
+    name: str
+    init: dict
+    inputs: dict
+
+
+@dataclass(frozen=True)
+class SuiteSpec:
+    kind: str                                   # RKB | KERNELBENCH
+    path: str                                   # rkb: the task folder; kernelbench: the problem file
+    direction: str = "forward"                  # rkb: forward | backward (the function the kernel binds)
+    mode: str = "single"                        # rkb: which configurations the suite runs (RKB_MODES)
+    configs: tuple[RkbConfig, ...] = ()         # rkb: in the suite's order, duplicates removed
+    rtol: float = RKB_TOLERANCE
+    atol: float = RKB_TOLERANCE
+    trials: int = SUITE_TRIALS
+    flagged: tuple[str, ...] = ()               # rkb: filter_results.json flags that are true
+    bytes_needed: int = 0                       # inputs + parameters + outputs of the largest config
+    functional_error: str = ""                  # why kf_forward kernels cannot take this task ("" if they can)
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def binds(self) -> str:
+        """The function a suite-form extension kernel must bind."""
+        return "backward" if self.direction == "backward" else "forward"
