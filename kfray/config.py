@@ -76,6 +76,12 @@ class EvalConfig:
     placement: str = "none"          # none | spread | pack: a class's evaluators start all together, in
                                      # one Ray placement group, or the run stops with what is missing
     placement_timeout_s: float = 120.0   # how long the whole group may wait for its resources
+    suite_perf_trials: int = 0       # suite tasks: timed trials per side and config (0: the suite's own,
+                                     # KernelBench 100, robust-kbench 1000)
+    suite_time_budget_s: float = 0.0 # suite tasks: stop a side's timing after this long (at least 5
+                                     # samples; 0: no limit), for problems of many milliseconds
+    suite_flags: bool = True         # suite tasks: build with the suite's own flags (robust-kbench:
+                                     # nvcc --use_fast_math)
     max_roofline_fraction: float = 1.5   # flag (and never trust) a speedup above this x the device's
                                      # measured copy bandwidth / fp32 rate; 0: no check
 

@@ -68,7 +68,8 @@ class Evaluator:
                "trials": self.cfg.trials, "warmup": self.cfg.warmup, "repeats": self.cfg.repeats,
                "max_repeats": self.cfg.max_repeats, "min_time": self.cfg.min_time_s,
                "cache_bytes": int(self.backend.device_facts().get("cache_bytes", 32 << 20)),
-               "torch_compile": bool(self.cfg.torch_compile and hasattr(task, "param_args"))}
+               "torch_compile": bool(self.cfg.torch_compile and hasattr(task, "param_args")),
+               "suite_perf_trials": self.cfg.suite_perf_trials, "suite_time_budget_s": self.cfg.suite_time_budget_s}
         with self.device_lock:
             t_dev = time.perf_counter()
             try:

@@ -23,7 +23,7 @@ import numpy as np
 
 from kfray.errors import TaskError
 from kfray.source import safe_eval
-from kfray.tasks.base import C_TYPES, NP_TYPES, Scalar, Task, Tensor
+from kfray.tasks.base import C_TYPES, DTYPES, ITEMSIZE, NP_TYPES, Scalar, Task, Tensor
 
 CONFIG_KEY = "_kf_config"       # a hidden entry of the args dict: which shape config made them
 _C_WORDS = {"int", "float", "double", "char", "long", "short", "void", "const", "return", "if", "else", "for",
@@ -41,11 +41,48 @@ def need_torch(where: str):
 
 
 def torch_dtype_name(t, where: str, what: str) -> str:
+    """The task dtype of a tensor: any of DTYPES (half precision loads too; kf_forward_error says
+    that kf_forward kernels cannot take it)."""
     name = str(t.dtype).replace("torch.", "")
-    if name not in C_TYPES:
-        raise TaskError(f"{where}: {what} has dtype {name}, which kfray kernels cannot take yet "
-                        f"(supported: {', '.join(C_TYPES)})")
+    if name not in DTYPES:
+        raise TaskError(f"{where}: {what} has dtype {name}, which kfray tasks cannot hold yet "
+                        f"(supported: {', '.join(DTYPES)})")
     return name
+
+
+def kf_forward_error(task: Task) -> str:
+    """One line on why kf_forward kernels cannot take this task ('' when they can): a tensor of a
+    dtype outside C_TYPES. Other kernel forms (PyTorch extensions, ModelNew) still run it."""
+    odd: dict[str, list[str]] = {}
+    for a in task.args:
+        if a.dtype not in C_TYPES:
+            odd.setdefault(a.dtype, []).append(a.name)
+    if not odd:
+        return ""
+    what = "; ".join(f"{d} tensors ({', '.join(n)})" for d, n in odd.items())
+    return (f"{what}: kf_forward kernels take only {', '.join(C_TYPES)}; "
+            f"a PyTorch extension or ModelNew kernel can run this task")
+
+
+def tensor_bytes(task: Task) -> int:
+    """Bytes of every tensor argument (inputs, parameters/buffers, outputs) on the largest shape config."""
+    return max(sum(ITEMSIZE[a.dtype] * int(np.prod(a.dims(cfg), dtype=np.int64)) for a in task.args
+                   if isinstance(a, Tensor)) for cfg in task.shapes.values())
+
+
+PIP_NAMES = {"sklearn": "scikit-learn", "cv2": "opencv-python", "PIL": "pillow", "yaml": "pyyaml",
+             "skimage": "scikit-image"}
+
+
+def missing_package(e: BaseException | None) -> str | None:
+    """'needs the package einops (pip install einops)' when `e` (or what it was raised from) is a
+    missing import, else None: an ImportError message alone does not say what to do."""
+    while e is not None:
+        if isinstance(e, ModuleNotFoundError) and e.name:
+            top = e.name.split(".")[0]
+            return f"needs the package {top} (pip install {PIP_NAMES.get(top, top)})"
+        e = e.__cause__ or e.__context__
+    return None
 
 
 def c_ident(name: str, taken: set[str]) -> str:
@@ -218,22 +255,79 @@ class TorchTask(Task):
 
 
 def build_torch_task(problem: Problem, name: str, description: str, rtol: float = 1e-3, atol: float = 1e-3,
-                     extra_configs_note: str = "") -> TorchTask:
-    """Trace every configuration's shapes (on the meta device where possible) and lay out the args."""
+                     extra_configs_note: str = "", model_only=(), trace_info: dict | None = None) -> TorchTask:
+    """Trace every configuration's shapes (on the meta device where possible) and lay out the args.
+
+    `model_only`: settings that only feed the model's constructor (e.g. an init method). They may take
+    any values: what they shape reaches the kernel as parameter tensors, so it needs no telling.
+    `trace_info`: given a dict, a configuration that cannot share the first one's kernel signature
+    (its trace fails, its arguments differ, a non-numeric setting a kernel would need changes) is left
+    out of the layout instead of failing the task, as `trace_info["dropped"][config] = one-line why`
+    (a suite's own harness may still run it); `trace_info["bytes"][config]` = bytes of the inputs,
+    parameters and outputs of every traced configuration."""
     torch = need_torch(problem.where)
     import torch.func  # noqa: F401  (fail early where torch.func is missing)
 
-    per_cfg = {}
+    dropped: dict[str, str] = {}
+    per_cfg, errors = {}, {}
     for cname, settings in problem.configs.items():
-        per_cfg[cname] = _trace(torch, problem, settings, cname)
+        try:
+            per_cfg[cname] = _trace(torch, problem, settings, cname)
+        except TaskError as e:
+            if trace_info is None:
+                raise
+            errors[cname] = e
+    if not per_cfg:
+        raise next(iter(errors.values()))
+    dropped.update({c: str(e).splitlines()[0] for c, e in errors.items()})
+
+    def nbytes(t) -> int:
+        total = 0
+        for _, shape, dt in t["inputs"] + t["params"] + t["outputs"]:
+            try:
+                size = np.dtype(dt).itemsize
+            except TypeError:
+                size = 2 if "16" in dt else 4
+            total += size * int(np.prod(shape, dtype=np.int64))
+        return total
+
+    sizes = {c: nbytes(t) for c, t in per_cfg.items()}
+    sig = lambda t: ([(n, d) for n, _, d in t["inputs"]], [(n, d) for n, _, d in t["params"]],
+                     [d for _, _, d in t["outputs"]], t["fixed_pos"])
     first = per_cfg[next(iter(per_cfg))]
-    for cname, tr in per_cfg.items():
-        sig = lambda t: ([(n, d) for n, _, d in t["inputs"]], [(n, d) for n, _, d in t["params"]],
-                         [d for _, _, d in t["outputs"]], t["fixed_pos"])
+    for cname, tr in list(per_cfg.items()):
         if sig(tr) != sig(first):
-            raise TaskError(f"{problem.where}: configuration {cname} changes the model's inputs, parameters, "
-                            f"outputs or their dtypes; kfray needs one kernel signature for all configurations")
+            a, b = ({n for n, _, _ in t["inputs"] + t["params"]} for t in (first, tr))
+            what = "; ".join(f"{w} {', '.join(sorted(s))}" for w, s in (("adds", b - a), ("drops", a - b)) if s)
+            why = (f"{problem.where}: configuration {cname} changes the model's inputs, parameters, outputs or "
+                   f"their dtypes{f' ({what})' if what else ''}; kfray needs one kernel signature for all configurations")
+            if trace_info is None:
+                raise TaskError(why)
+            dropped[cname] = why
+            del per_cfg[cname]
+
+    # -- a non-numeric setting a kernel would need to know cannot change across configurations ------
+    model_only = set(model_only)
+    is_num = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+    for k in dict.fromkeys(k for c in per_cfg for k in problem.configs[c]):
+        if k in model_only or (re.fullmatch(r"[A-Za-z_]\w*", k) and
+                               all(is_num(problem.configs[c].get(k)) for c in per_cfg)):
+            continue
+        have = [c for c in per_cfg if k in problem.configs[c]]
+        vals = sorted({repr(problem.configs[c][k]) for c in have})
+        if len(vals) < 2:
+            continue
+        why = (f"{problem.where}: setting {k!r} takes non-numeric values {vals} across "
+               f"configurations; a kernel cannot be told which (only numbers become arguments)")
+        if trace_info is None:
+            raise TaskError(why)
+        for c in have:
+            if repr(problem.configs[c][k]) != repr(problem.configs[have[0]][k]):
+                dropped[c] = why
+                del per_cfg[c]
     cnames = list(per_cfg)
+    if trace_info is not None:
+        trace_info["dropped"], trace_info["bytes"] = dropped, sizes
 
     # -- names of the sizes: a dim takes the name of a setting that equals it on every config --------
     numeric = {}
@@ -311,15 +405,20 @@ def build_torch_task(problem: Problem, name: str, description: str, rtol: float 
         for k, v in problem.configs[c].items():
             if k not in numeric:
                 other.setdefault(k, set()).add(repr(v))
-    for k, vals in other.items():
-        if len(vals) > 1:
-            raise TaskError(f"{problem.where}: setting {k!r} takes non-numeric values {sorted(vals)} across "
-                            f"configurations; a kernel cannot be told which (only numbers become arguments)")
+    fixed = {k: v for k, v in other.items() if len(v) == 1}
+    varies = [k for k in other if k not in fixed]          # model-only settings (checked above)
     desc = description
     desc += "\n\nKernel arguments: " + "; ".join(mapping) + \
         ("; then the sizes and settings " + ", ".join(f"`{s}`" for s in scal_names) if scal_names else "") + "."
-    if other:
-        desc += " Fixed settings: " + ", ".join(f"{k}={next(iter(v))}" for k, v in other.items()) + "."
+    if fixed:
+        desc += " Fixed settings: " + ", ".join(f"{k}={next(iter(v))}" for k, v in fixed.items()) + "."
+    if varies:
+        desc += (" Settings that only build the model, so they reach the kernel through its parameters: "
+                 + ", ".join(f"{k} ({', '.join(sorted(other[k]))})" for k in varies) + ".")
+    if dropped:
+        desc += (f" Only {len(cnames)} of {len(problem.configs)} configurations fit this signature; left out: "
+                 + "; ".join(f"{c}: {why.split(': ', 1)[-1]}" for c, why in list(dropped.items())[:3])
+                 + ("; ..." if len(dropped) > 3 else "") + ".")
     if first["fixed_pos"]:
         desc += " Non-tensor forward inputs (fixed): " + \
             ", ".join(f"position {i} = {v!r}" for i, v in first["fixed_pos"].items()) + "."
@@ -330,10 +429,36 @@ def build_torch_task(problem: Problem, name: str, description: str, rtol: float 
     return TorchTask(name=name, description=desc, args=args, shapes=shapes, reference=lambda a: {},
                      rtol=rtol, atol=atol, bytes_moved=bytes_expr, flops="0", seeds=[], ref="",
                      problem=problem, param_args=param_args, input_args=input_args,
-                     fixed_inputs=dict(first["fixed_pos"]), configs=dict(problem.configs))
+                     fixed_inputs=dict(first["fixed_pos"]), configs={c: problem.configs[c] for c in cnames})
 
 
 REAL_TRACE_LIMIT = 64 << 20     # bytes of inputs + parameters below which a trace may run for real
+REAL_BUILD_LIMIT = 4 << 30      # bytes a model may allocate when it must be constructed for real
+
+
+def _build_real(torch, make, limit: int, where: str):
+    """Construct a model for real on the CPU, for one whose __init__ meta and fake tensors cannot run
+    (it calls `.item()`, say), stopping as soon as its new tensors pass `limit` bytes."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Guard(TorchDispatchMode):
+        used = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if not any(r.alias_info for r in func._schema.returns):   # a new tensor: no view, no in-place
+                for t in out if isinstance(out, (tuple, list)) else [out]:
+                    if isinstance(t, torch.Tensor):
+                        Guard.used += t.numel() * t.element_size()
+                if Guard.used > limit:
+                    raise TaskError(f"{where}: meta and fake tensors cannot construct the model, and "
+                                    f"constructing it for real takes more than {limit / 2**30:.3g} GiB of "
+                                    f"tensors (kfray's limit for learning its shapes on the host)")
+            return out
+
+    torch.manual_seed(0)
+    with torch.device("cpu"), torch.no_grad(), Guard():
+        return make()
 
 
 def _trace(torch, problem: Problem, settings: dict, cname: str) -> dict:
@@ -341,13 +466,16 @@ def _trace(torch, problem: Problem, settings: dict, cname: str) -> dict:
 
     Listing a task must stay cheap whatever its sizes (KernelBench's reach 32768 x 32768), so the
     forward runs on the meta device, then under FakeTensorMode (ops without a meta kernel, `.cpu()`,
-    CUDA-only inputs); only a problem whose tensors are small is ever run for real, on the CPU."""
+    CUDA-only inputs); a model that neither can construct (`.item()` in __init__) is constructed for
+    real on the CPU, its forward still fake; only a problem whose tensors are small is ever run for
+    real, on the CPU."""
     where = f"{problem.where} (configuration {cname})"
     sized: list[int] = []                  # bytes of inputs + parameters, as the fake attempt saw them
 
-    def build(ctx):
+    def build(ctx, model=None):
         with ctx, torch.no_grad():
-            model = problem.make_model(settings)
+            if model is None:
+                model = problem.make_model(settings)
             inputs = problem.make_inputs(settings)
             if not isinstance(inputs, (list, tuple)):
                 raise TaskError(f"{where}: get_inputs must return a list, got {type(inputs).__name__}")
@@ -363,18 +491,36 @@ def _trace(torch, problem: Problem, settings: dict, cname: str) -> dict:
         return FakeTensorMode(allow_non_fake_inputs=True)
 
     def why(e: Exception) -> str:
-        return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        return missing_package(e) or f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
 
     errors = []
+    real = None                            # a model constructed for real, when meta and fake cannot
     for ctx in (lambda: torch.device("meta"), fake):
         try:
             model, inputs, res = build(ctx())
+            errors.clear()
             break
         except TaskError:
             raise
         except Exception as e:
             errors.append(e)
     else:
+        if not sized:                      # the model could not even be constructed: build it for real
+            try:
+                real = _build_real(torch, lambda: problem.make_model(settings), REAL_BUILD_LIMIT, where)
+            except TaskError:
+                raise
+            except Exception as e:
+                raise TaskError(f"{where}: building the model failed: {why(e)} (on the meta device: "
+                                f"{why(errors[0])})") from None
+            try:
+                model, inputs, res = build(fake(), real)
+                errors.clear()
+            except TaskError:
+                raise
+            except Exception as e:
+                errors.append(e)
+    if errors:
         if not sized:
             raise TaskError(f"{where}: building the model or its inputs failed: {why(errors[-1])}") from None
         if sized[0] > REAL_TRACE_LIMIT:
@@ -383,7 +529,7 @@ def _trace(torch, problem: Problem, settings: dict, cname: str) -> dict:
                             f"too costly just to learn the output shapes") from None
         try:                               # small enough: one real run is cheap
             torch.manual_seed(0)
-            model, inputs, res = build(torch.device("cpu"))
+            model, inputs, res = build(torch.device("cpu"), real)
         except TaskError:
             raise
         except Exception as e:

@@ -37,6 +37,7 @@ from kfray.eval.compile_cache import CompileCache, run_compiler
 from kfray.source import define_flags
 
 LANGUAGE = "torch_ext"
+MODELNEW = "modelnew"             # a KernelBench ModelNew file (Python, usually load_inline)
 MIN_COMPILE_TIMEOUT_S = 300.0     # torch/extension.h alone takes 10-90 s to compile
 # What torch.utils.cpp_extension gives nvcc, so published kernels build as they did for their authors.
 NVCC_TORCH_FLAGS = ["-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
@@ -45,6 +46,23 @@ NVCC_TORCH_FLAGS = ["-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSION
 LEFT_RUNNING_S = 50e-6            # a device sync this much longer than the stream's: work elsewhere
 
 _INCLUDE_RE = re.compile(r'^\s*#\s*include\s*[<"]torch/extension\.h[>"]', re.M)
+_MODELNEW_RE = re.compile(r"^class\s+ModelNew\b|^ModelNew\s*=", re.M)
+_MODELNEW_CUDA_RE = re.compile(r"cuda_sources|__global__|\.cuda\(|device\s*=\s*['\"]cuda|triton")
+# Imports a ModelNew file once, outside the sandbox's time limit, so that the load_inline builds it
+# runs land in a build folder of the compile cache; the sandbox imports it again from there.
+_MODELNEW_BUILD = r"""
+import os, shutil, sys, importlib.util
+src, out, ext_dir, arch = sys.argv[1:5]
+os.environ["TORCH_EXTENSIONS_DIR"] = ext_dir
+if arch:
+    os.environ["TORCH_CUDA_ARCH_LIST"] = arch
+spec = importlib.util.spec_from_file_location("kfray_modelnew", src)
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+if not isinstance(getattr(mod, "ModelNew", None), type):
+    sys.exit("error: the file defines no class ModelNew (KernelBench evaluates ModelNew)")
+shutil.copyfile(src, out)
+"""
 _CUDA_RE = re.compile(r"__global__|<<<|#\s*include\s*[<\"](cuda|ATen/cuda|c10/cuda)")
 
 
@@ -53,9 +71,26 @@ def is_torch_extension(source: str) -> bool:
     return bool(_INCLUDE_RE.search(source))
 
 
+def is_modelnew(source: str) -> bool:
+    """True for a KernelBench-form Python file: it defines `ModelNew`."""
+    return bool(_MODELNEW_RE.search(source))
+
+
+def language_of(source: str, filename: str = "") -> str:
+    """The candidate language of a kernel file as published: modelnew, torch_ext, cuda or cpp."""
+    if filename.endswith(".py") or is_modelnew(source):
+        return MODELNEW
+    if is_torch_extension(source):
+        return LANGUAGE
+    return "cuda" if backend_for(source, filename) == "cuda" else "cpp"
+
+
 def backend_for(source: str, filename: str = "") -> str:
     """The backend that runs a kernel file: torch_ext_cuda / cuda for CUDA sources (.cu, or
-    __global__ / <<< / CUDA headers), torch_ext_cpu / cpu otherwise."""
+    __global__ / <<< / CUDA headers), torch_ext_cpu / cpu otherwise; ModelNew files by what they
+    build (CUDA sources, .cuda(), Triton: torch_ext_cuda)."""
+    if filename.endswith(".py") or is_modelnew(source):
+        return "torch_ext_cuda" if _MODELNEW_CUDA_RE.search(source) else "torch_ext_cpu"
     gpu = filename.endswith((".cu", ".cuh")) or bool(_CUDA_RE.search(source))
     if is_torch_extension(source):
         return "torch_ext_cuda" if gpu else "torch_ext_cpu"
@@ -127,7 +162,41 @@ class TorchExtCpuBackend(Backend):
 
         return {"cpu": cpu_facts()["name"]}
 
+    def _arch_list(self) -> str:
+        return ""
+
+    def _suite_flags(self, task) -> list[str]:
+        return []
+
+    def _compile_modelnew(self, source: str, task) -> Build:
+        """A ModelNew file is built by importing it once (its load_inline runs then) into a build
+        folder beside its cache entry; the artifact is the file itself."""
+        import sys
+
+        info = torch_build_info()
+        key = CompileCache.key(source=source, torch=info["version"], kind=f"{self.name}-modelnew",
+                               **self._key_facts())
+        t0 = time.perf_counter()
+        hit = self.cache.lookup(key, ".py")
+        if hit and Path(str(hit) + ".ext").exists():
+            return Build(str(hit), time.perf_counter() - t0, True, {"form": MODELNEW})
+        ext_dir = str(self.cache.path(key, ".py")) + ".ext"
+        timeout = max(self.cfg.compile_timeout_s, MIN_COMPILE_TIMEOUT_S)
+        tmp, rc, text = self.cache.compile_source(
+            key, source, ".py",
+            lambda src, out: [sys.executable, "-c", _MODELNEW_BUILD, str(src), str(out), ext_dir, self._arch_list()],
+            timeout)
+        if rc != 0 or not tmp.exists():
+            raise CompileError(_diagnostics(text) or f"importing the ModelNew file exited with {rc}")
+        Path(ext_dir).mkdir(parents=True, exist_ok=True)
+        path = self.cache.commit(tmp, key, ".py")
+        return Build(str(path), time.perf_counter() - t0, False, {"form": MODELNEW})
+
     def compile(self, source: str, params: dict[str, Any], task) -> Build:
+        if is_modelnew(source):
+            if getattr(task, "suite", None) is None or task.suite.kind != "kernelbench":
+                raise CompileError(f"task {task.name}: a ModelNew file needs a KernelBench task")
+            return self._compile_modelnew(source, task)
         if not is_torch_extension(source):
             raise CompileError("a torch_ext kernel must #include <torch/extension.h> and bind forward with "
                                "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def(\"forward\", &forward); }")
@@ -137,7 +206,7 @@ class TorchExtCpuBackend(Backend):
         info = torch_build_info()
         cc, version = self._compiler()
         try:
-            common = self._common_flags(info) + define_flags(params)
+            common = self._common_flags(info) + self._suite_flags(task) + define_flags(params)
         except ValueError as e:
             raise CompileError(str(e)) from None
         link = self._link_flags(info)
@@ -183,9 +252,20 @@ class TorchExtCpuBackend(Backend):
 
     # --- sandbox side ------------------------------------------------------------------------
     def load(self, artifact: str, task) -> Callable:
-        """The extension's `forward`, imported under the name its PyInit_ symbol carries."""
+        """The extension's `forward` (`backward` for a robust-kbench backward task), imported under
+        the name its PyInit_ symbol carries; for a ModelNew file, its ModelNew class."""
         import torch  # noqa: F401  (its libraries and pybind11 casters must be loaded first)
 
+        if artifact.endswith(".py"):
+            from kfray.tasks.package import import_file
+
+            os.environ["TORCH_EXTENSIONS_DIR"] = artifact + ".ext"     # the build the compile step made
+            if self._arch_list():
+                os.environ["TORCH_CUDA_ARCH_LIST"] = self._arch_list()
+            cls = getattr(import_file(artifact, "ModelNew file"), "ModelNew", None)
+            if not isinstance(cls, type):
+                raise RuntimeError("the file defines no class ModelNew")
+            return cls
         if artifact not in self._modules:
             name = module_name(artifact)
             loader = importlib.machinery.ExtensionFileLoader(name, artifact)
@@ -193,13 +273,19 @@ class TorchExtCpuBackend(Backend):
             mod = importlib.util.module_from_spec(spec)
             loader.exec_module(mod)
             self._modules[artifact] = mod
-        fwd = getattr(self._modules[artifact], "forward", None)
-        if not callable(fwd):
-            raise RuntimeError('the extension binds no function `forward`; add m.def("forward", &forward) '
+        suite = getattr(task, "suite", None)
+        name = suite.binds if suite is not None else "forward"
+        fn = getattr(self._modules[artifact], name, None)
+        if not callable(fn):
+            raise RuntimeError(f'the extension binds no function `{name}`; add m.def("{name}", &{name}) '
                                "to its PYBIND11_MODULE")
-        return fwd
+        return fn
 
     def run_job(self, fn: Callable, task, job: dict) -> dict:
+        if getattr(task, "suite", None) is not None:
+            from kfray.eval.suite_harness import run_suite_job
+
+            return run_suite_job(self, fn, task, job)
         from kfray.eval.measure_ext import run_ext_job
 
         return run_ext_job(self, fn, task, job)
@@ -275,6 +361,15 @@ class TorchExtCudaBackend(TorchExtCpuBackend):
 
     def _key_facts(self) -> dict[str, Any]:
         return {"arch": self.arch}
+
+    def _suite_flags(self, task) -> list[str]:
+        """robust-kbench builds every kernel with nvcc -O3 --use_fast_math (eval.suite_flags)."""
+        suite = getattr(task, "suite", None)
+        return ["--use_fast_math"] if self.cfg.suite_flags and suite is not None and suite.kind == "rkb" else []
+
+    def _arch_list(self) -> str:
+        digits = self.arch.replace("sm_", "").replace("compute_", "")
+        return f"{digits[:-1]}.{digits[-1]}" if digits.isdigit() and len(digits) >= 2 else ""
 
     def _pch(self, *args) -> list[str]:
         return []     # nvcc cannot use a GCC precompiled header

@@ -1,0 +1,73 @@
+"""The stream contract for PyTorch-form kernels (extensions, ModelNew): all work ordered on the
+caller's current stream, the stream the suites' CUDA events time.
+
+Events on that stream cannot see work elsewhere, so such a kernel would look free. The probe runs
+the kernel once more with the current stream held by a spinning kernel (kfray/eval/backends/cuda.py
+`_Hold`) and the floating inputs poisoned with NaN, their restore queued behind the hold: a kernel
+whose work is ordered on the stream sees the restored inputs and gives the unhurried result; one
+that works on another stream reads the poison meanwhile and gives something else. A kernel that
+synchronizes inside waits out the hold's timeout instead, and gets no verdict from the probe.
+"""
+from __future__ import annotations
+
+import time
+
+PROBE_HOLD_S = 0.5
+PROBE_WAIT_S = 0.005
+CONTRACT = ("launch all work on the current stream (at::cuda::getCurrentCUDAStream()), or order other "
+            "streams after it and join them back before returning")
+
+
+def probe_case(backend, judge, case) -> str | None:
+    """None when the kernel keeps the contract (or the probe cannot tell); else the reason."""
+    import torch
+
+    try:
+        import cupy as cp
+
+        from kfray.eval.backends.cuda import _Hold
+    except ImportError:
+        return None
+    hold = getattr(backend, "_suite_hold", None)
+    if hold is None:
+        hold = _Hold.create(cp)
+        backend._suite_hold = hold if hold is not None else False
+    if not hold:
+        return None
+    from kfray.eval.suite_harness import (SUITE_SEED, _device_ctx, _outputs, _tensors, _to, _to_module,
+                                          set_seed)
+
+    dev = backend.device
+    with torch.no_grad(), _device_ctx(dev):
+        set_seed(SUITE_SEED)
+        xs = _to(case.make_inputs(), dev)
+        set_seed(SUITE_SEED)
+        model = _to_module(case.make_new(), dev)
+        first = [o.clone() for o in _outputs(case.call_new(model, xs), "the kernel")]
+        torch.cuda.synchronize()
+        floats = [x for x in _tensors(xs) if x.is_floating_point()]
+        if not floats:
+            return None
+        saved = [x.clone() for x in floats]
+        for x in floats:
+            x.fill_(float("nan"))
+        torch.cuda.synchronize()
+        stream = torch.cuda.current_stream()
+        hold.arm(cp.cuda.ExternalStream(stream.cuda_stream), PROBE_HOLD_S)
+        try:
+            for x, s in zip(floats, saved):
+                x.copy_(s, non_blocking=True)           # queued behind the hold
+            out = case.call_new(model, xs)
+            time.sleep(PROBE_WAIT_S)
+        finally:
+            hold.release()
+        torch.cuda.synchronize()
+        if hold.timed_out():
+            return None
+        got = _outputs(out, "the kernel")
+        for a, b in zip(first, got):
+            if a.shape != b.shape or not torch.allclose(torch.nan_to_num(a), torch.nan_to_num(b),
+                                                        rtol=judge.spec.rtol, atol=judge.spec.atol):
+                return ("work off the current stream: with that stream held, the kernel's result changed (it "
+                        f"read its inputs before work queued earlier on the stream had finished); {CONTRACT}")
+    return None
