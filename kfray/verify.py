@@ -1,9 +1,11 @@
 """`kfray verify TASK KERNEL`: check and time one kernel file as it is, without a search.
 
 Made for the kernels a suite publishes (KernelBench, robust-kbench): the file's form picks the
-backend (kfray.eval.backends.torch_ext.backend_for): a PyTorch extension (`.cpp` / `.cu` that
-includes torch/extension.h) or a kf_forward kernel (`.cpp` / `.cu`). The kernel runs in the
-sandbox like any candidate and is judged by the same rules; the result is printed, not stored.
+backend (kfray.eval.backends.torch_ext.backend_for): a KernelBench `ModelNew` file (`.py`), a
+PyTorch extension (`.cpp` / `.cu` that includes torch/extension.h, binding `forward`, or
+`backward` for a robust-kbench backward task) or a kf_forward kernel (`.cpp` / `.cu`). The kernel
+runs in the sandbox like any candidate; on a suite's task the verdict is the suite's, with kfray's
+defences on top (kfray/eval/suite_harness.py). The result is printed, not stored.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ VERIFY_TIMEOUT_S = 600.0
 def verify(task_ref: str, kernel: str, backend: str | None = None, overrides: list[str] = ()) -> tuple[EvalResult, str]:
     """(result, backend name) of one evaluation of the kernel file on the task."""
     from kfray.config import load_config
-    from kfray.eval.backends.torch_ext import LANGUAGE, backend_for, is_torch_extension
+    from kfray.eval.backends.torch_ext import backend_for, language_of
     from kfray.eval.evaluator import Evaluator
     from kfray.tasks import load_task
 
@@ -28,7 +30,9 @@ def verify(task_ref: str, kernel: str, backend: str | None = None, overrides: li
     source = path.read_text(errors="replace")
     task = load_task(task_ref)                       # a task that cannot load fails here, in one line
     name = backend or backend_for(source, path.name)
-    language = LANGUAGE if is_torch_extension(source) else ("cuda" if "cuda" in name else "cpp")
+    language = language_of(source, path.name)
+    if language == "cpp" and "cuda" in name:
+        language = "cuda"
     cfg = load_config(None, list(overrides)).eval
     cfg.backend = name
     if not any(o.replace(" ", "").startswith("eval.timeout_s=") for o in overrides):
@@ -44,6 +48,9 @@ def verify(task_ref: str, kernel: str, backend: str | None = None, overrides: li
 
 
 def format_result(res: EvalResult, backend: str, kernel: str, task_ref: str) -> str:
+    suite = res.facts.get("suite")
+    if isinstance(suite, dict):
+        return _format_suite(res, suite, backend, kernel, task_ref)
     lines = [f"kfray verify: {kernel} on {task_ref}",
              f"  backend   {backend} ({res.hardware})",
              f"  compile   {res.stage_seconds.get('compile', 0.0):.1f} s"
@@ -59,4 +66,33 @@ def format_result(res: EvalResult, backend: str, kernel: str, task_ref: str) -> 
         against = "eager PyTorch on the same device" if backend.startswith("torch_ext") else "the task's reference"
         lines.append(f"  speedup   {res.speedup:.2f}x (geometric mean over {len(res.times)} shape configs, "
                      f"against {against})")
+    return "\n".join(lines)
+
+
+def _format_suite(res: EvalResult, suite: dict, backend: str, kernel: str, task_ref: str) -> str:
+    """The suite's verdict and figures first, kfray's beside them."""
+    name = suite.get("name", "the suite")
+    lines = [f"kfray verify: {kernel} on {task_ref}",
+             f"  backend   {backend} ({res.hardware})",
+             f"  compile   {res.stage_seconds.get('compile', 0.0):.1f} s"
+             f"{' (cached)' if res.facts.get('compile_cached') else ''}",
+             f"  result    {TIER_NAMES.get(res.tier, res.tier)} (tier {res.tier}): {name}'s verdict"
+             + (f", {suite.get('trials')} trials per configuration at rtol={suite.get('rtol'):g}, "
+                f"atol={suite.get('atol'):g}, then kfray's checks" if res.correct else "")]
+    if res.reason:
+        lines.append("  reason    " + res.reason.strip().replace("\n", "\n            "))
+    if res.correct:
+        for shape, row in res.facts.get("per_shape", {}).items():
+            cmp = f", torch.compile {row['compile_mean_ms']:.4f} ms" if "compile_mean_ms" in row else ""
+            lines.append(f"  {shape}: mean {row['mean_ms']:.4f} ms, eager PyTorch {row['ref_mean_ms']:.4f} ms{cmp} "
+                         f"({row['samples']} samples); medians {row['median_ms']:.4f} / {row['ref_median_ms']:.4f} ms")
+        lines.append(f"  speedup   {suite.get('speedup', 0.0):.3f}x {name}'s way ({suite.get('statistic', '')}, "
+                     "against eager PyTorch)")
+        if "speedup_compile" in suite:
+            lines.append(f"            {suite['speedup_compile']:.3f}x against torch.compile (max-autotune)")
+        elif suite.get("compile_note"):
+            lines.append(f"            torch.compile: {suite['compile_note']}")
+        lines.append(f"            {res.speedup:.3f}x kfray's way (geometric mean over {len(res.times)} "
+                     "configurations of median-time ratios)")
+        lines.append(f"  stages    " + ", ".join(f"{k} {v:.1f} s" for k, v in res.stage_seconds.items()))
     return "\n".join(lines)

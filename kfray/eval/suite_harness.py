@@ -667,8 +667,7 @@ def _measure(backend, judge: Judge, cases: list[Case], job: dict) -> dict:
         per_shape[case.name] = row
     avg_new, avg_ref = float(np.mean(means_new)), float(np.mean(means_ref))
     suite = {"name": SUITE_NAMES[spec.kind], "verdict": "correct", "trials": f"{spec.trials}/{spec.trials}",
-             "statistic": ("mean of CUDA-event trials after an L2 flush" if kb else
-                           "mean of CUDA-event samples, averaged over configurations"),
+             "statistic": _statistic(kb, backend.device, trials),
              "avg_mean_ms": avg_new * 1e3, "ref_avg_mean_ms": avg_ref * 1e3,
              "speedup": avg_ref / avg_new if avg_new > 0 else 0.0, "configs": len(cases),
              "rtol": spec.rtol, "atol": spec.atol}
@@ -679,6 +678,13 @@ def _measure(backend, judge: Judge, cases: list[Case], job: dict) -> dict:
         suite["compile_note"] = cmp_note
     return {"times": times, "ref_times": ref_times, "per_shape": per_shape, "suite": suite,
             "noise": float(max(spreads) if spreads else 0.0)}
+
+
+def _statistic(kb: bool, device: str, trials: int) -> str:
+    timer = "CUDA-event" if device == "cuda" else "host-timer"
+    if kb:
+        return f"mean of {trials} {timer} trials" + (" after an L2 flush each" if device == "cuda" else "")
+    return f"config-averaged mean of {trials} {timer} samples"
 
 
 def _check_timed(judge: Judge, case: Case, last_new, last_ref) -> None:
