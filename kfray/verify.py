@@ -39,6 +39,13 @@ def verify(task_ref: str, kernel: str, backend: str | None = None, overrides: li
         # One kernel, not a search: time for large problems, whose inputs and checks run on the host.
         cfg.timeout_s = max(cfg.timeout_s, VERIFY_TIMEOUT_S)
     ev = Evaluator(name, cfg, "verify")
+    from kfray.eval.fits import fit_message
+
+    too_big = fit_message(task, name, cfg, ev.backend.device_facts())
+    if too_big:
+        ev.shutdown()
+        raise KfrayError(f"{task_ref}: {too_big}; nothing was run (a larger device, or a higher "
+                         "eval.memory_limit_mb on the CPU)")
     try:
         out = ev.evaluate(Candidate(task=task.ref or task_ref, language=language, source=source),
                           task.ref or task_ref, tune=False)

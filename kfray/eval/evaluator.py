@@ -18,6 +18,7 @@ from kfray.candidate import (TIER_COMPILE_ERROR, TIER_NO_CODE, TIER_RUNTIME_ERRO
 from kfray.config import EvalConfig
 from kfray.eval.backends.base import CompileError, get_backend
 from kfray.eval.sandbox import Sandbox
+from kfray.eval.fits import fit_message
 from kfray.tasks import load_task
 
 
@@ -54,6 +55,11 @@ class Evaluator:
             res.reason = c.no_code_reason or "no source"
             return res.to_dict()
         task = load_task(task_ref or c.task)
+        too_big = fit_message(task, self.backend.name, self.cfg, self.backend.device_facts())
+        if too_big:      # the task's fault, not the kernel's: nothing runs, nothing is charged
+            res.tier, res.reason = TIER_RUNTIME_ERROR, f"task {task.name}: {too_big}; nothing was run"
+            res.facts["not_charged"] = True
+            return res.to_dict()
         t0 = time.perf_counter()
         try:
             build = self.backend.compile(c.source, c.params, task)

@@ -627,6 +627,7 @@ def run_suite_job(backend, kernel: Any, task, job: dict) -> dict:
         return {"tier": TIER_RUNTIME_ERROR, "reason": f"out of device memory: {str(e).splitlines()[0]}",
                 "stage_seconds": stages, "recycle": True}
     figures["suite"]["max_diff"] = judge.max_diff
+    figures["suite"].update(_peak_memory(backend))
     return {"tier": TIER_CORRECT, "reason": "", "times": figures["times"], "ref_times": figures["ref_times"],
             "noise": figures["noise"], "facts": {"form": "suite", "suite": figures["suite"],
                                                  "per_shape": figures["per_shape"]},
@@ -678,6 +679,18 @@ def _measure(backend, judge: Judge, cases: list[Case], job: dict) -> dict:
         suite["compile_note"] = cmp_note
     return {"times": times, "ref_times": ref_times, "per_shape": per_shape, "suite": suite,
             "noise": float(max(spreads) if spreads else 0.0)}
+
+
+def _peak_memory(backend) -> dict:
+    """The sandbox's peak host memory (resident) and, on CUDA, peak device memory, in GiB."""
+    import resource
+
+    out = {"peak_host_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
+    if backend.device == "cuda":
+        import torch
+
+        out["peak_device_gib"] = torch.cuda.max_memory_allocated() / 2**30
+    return out
 
 
 def _statistic(kb: bool, device: str, trials: int) -> str:

@@ -1,0 +1,20 @@
+// HOSTILE: the same ReLU launched on a stream of its own that is never joined to the caller's.
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+
+__global__ void relu_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i] > 0.f ? x[i] : 0.f;
+}
+
+torch::Tensor forward(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    int64_t n = x.numel();
+    static cudaStream_t own = nullptr;
+    if (!own) cudaStreamCreateWithFlags(&own, cudaStreamNonBlocking);
+    relu_kernel<<<(n + 255) / 256, 256, 0, own>>>(
+        x.data_ptr<float>(), y.data_ptr<float>(), n);
+    return y;
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("forward", &forward); }
