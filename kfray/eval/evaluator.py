@@ -129,9 +129,9 @@ def _add_peak_fractions(facts: dict, device: dict) -> None:
     bw = device.get("copy_bandwidth_gbps") or 0.0
     rate = (device.get("fp32_matmul_tflops") or 0.0) * 1e3
     for shape in facts.get("per_shape", {}).values():
-        if bw:
+        if bw and "gbps" in shape:
             shape["fraction_of_copy_bw"] = shape["gbps"] / bw
-        if rate:
+        if rate and "gflops" in shape:
             shape["fraction_of_fp32_peak"] = shape["gflops"] / rate
 
 
