@@ -118,12 +118,21 @@ def _max_diff(a, b) -> float:
     return float(d.max()) if d.numel() else 0.0
 
 
-def _allclose(want, got, rtol: float, atol: float, what: str) -> str | None:
-    """The suites' rule, torch.allclose over every element; the reason when it fails."""
+def _allclose(want, got, rtol: float, atol: float, what: str, broadcast: bool = False) -> str | None:
+    """The suites' rule, torch.allclose over every element; the reason when it fails. With
+    `broadcast` (robust-kbench, which compares with a bare torch.allclose), shapes that hold the
+    same elements and broadcast together, (1,) against (), are compared as torch.allclose does."""
     import torch
 
     if tuple(got.shape) != tuple(want.shape):
-        raise Verdict(TIER_WRONG_SHAPE, f"{what}: shape {tuple(got.shape)}, expected {tuple(want.shape)}")
+        same = got.numel() == want.numel()
+        try:
+            torch.broadcast_shapes(got.shape, want.shape)
+        except RuntimeError:
+            same = False
+        if not (broadcast and same):
+            raise Verdict(TIER_WRONG_SHAPE, f"{what}: shape {tuple(got.shape)}, expected {tuple(want.shape)}")
+        got = got.reshape(want.shape)
     if got.dtype != want.dtype:
         raise Verdict(TIER_WRONG_SHAPE, f"{what}: dtype {got.dtype}, expected {want.dtype}")
     if torch.allclose(want, got, rtol=rtol, atol=atol):
@@ -367,7 +376,7 @@ class Judge:
                                   f"{len(outs_ref)}")
                 for i, (w, g) in enumerate(zip(outs_ref, got)):
                     self.max_diff = max(self.max_diff, _max_diff(w, g) if w.shape == g.shape else 0.0)
-                    why = _allclose(w, g, sp.rtol, sp.atol, f"output {i}")
+                    why = _allclose(w, g, sp.rtol, sp.atol, f"output {i}", broadcast=sp.kind == RKB)
                     if why:
                         rule = "kfray rule: the kernel ran before the reference existed" if fresh else \
                             f"{SUITE_NAMES[sp.kind]}'s rule"
@@ -438,7 +447,7 @@ class Judge:
             w, got = grads_ref[k], grads_new[k]
             if w.shape == got.shape:
                 self.max_diff = max(self.max_diff, _max_diff(w, got))
-            why = _allclose(w, got, sp.rtol, sp.atol, f"gradient {k}")
+            why = _allclose(w, got, sp.rtol, sp.atol, f"gradient {k}", broadcast=True)
             if why:
                 raise Verdict(TIER_WRONG_VALUES, f"{tag}: {why} [{'kfray fresh-input check' if fresh else 'robust-kbench rule'}]")
 
@@ -599,13 +608,13 @@ def run_suite_job(backend, kernel: Any, task, job: dict) -> dict:
         judge = Judge(backend, spec, runner, rng)
         judge.suite_trials(cases)
         stages["correctness"] = time.perf_counter() - t0
-        judge.fresh_trials(cases)
         if backend.device == "cuda" and spec.direction == "forward":
             from kfray.eval.stream_probe import probe_case
 
             why = probe_case(backend, judge, cases[0])
             if why:
                 raise Verdict(TIER_RUNTIME_ERROR, f"configuration {cases[0].name}: {why} [kfray rule]", recycle=True)
+        judge.fresh_trials(cases)
         stages["kfray_checks"] = time.perf_counter() - t0 - stages["correctness"]
         sticky = backend.check_sticky_error()
         if sticky:
@@ -714,7 +723,7 @@ def _check_timed(judge: Judge, case: Case, last_new, last_ref) -> None:
     for name, w, g in pairs:
         if g is None:
             raise Verdict(TIER_WRONG_VALUES, f"configuration {case.name}, timed runs: {name} missing")
-        why = _allclose(w, g, spec.rtol, spec.atol, name)
+        why = _allclose(w, g, spec.rtol, spec.atol, name, broadcast=spec.kind == RKB)
         if why:
             raise Verdict(TIER_WRONG_VALUES, f"configuration {case.name}, after the timed runs: {why}; the kernel "
                           "must compute its result on every call [kfray rule]")
