@@ -16,11 +16,13 @@ import argparse
 import csv
 import json
 import math
+import re
 import sys
 from pathlib import Path
 from typing import Any, Iterable
 
 from kfray.errors import KfrayError
+from kfray.tasks.suite_spec import RKB_MODES
 
 PS = (0.0, 1.0, 1.5, 2.0)
 
@@ -232,11 +234,12 @@ def select(refs: list[str], wanted: str | None) -> list[str]:
     return out
 
 
-def plan(spec: str | None, level: int | None, wanted: str | None, language: str, offline: bool):
+def plan(spec: str | None, level: int | None, wanted: str | None, language: str, offline: bool,
+         rkb_mode: str = ""):
     """(runnable refs, {ref: why skipped}) for a sweep."""
     from kfray.tasks import discover, load_task
 
-    found = discover(spec, level)
+    found = discover(spec, level, rkb_mode)
     found = [(r, e) for r, e in found if r in select([x for x, _ in found], wanted)]
     runnable, skipped = [], {}
     for ref, err in found:
@@ -249,6 +252,28 @@ def plan(spec: str | None, level: int | None, wanted: str | None, language: str,
             continue
         runnable.append(ref)
     return runnable, skipped
+
+
+def flags_of(ref: str) -> tuple[str, ...]:
+    """The suite's own filter flags that are true for a loaded task (robust-kbench's filter_results.json)."""
+    from kfray.tasks import load_task
+
+    suite = getattr(load_task(ref), "suite", None)
+    return tuple(getattr(suite, "flagged", ()) or ())
+
+
+def split_flagged(refs: list[str]) -> tuple[list[str], dict[str, str]]:
+    """(refs to run, {ref: why left out}) without the tasks the suite itself flags as degenerate
+    (constant outputs, inputs without effect...): they are not part of its benchmark, so a sweep
+    leaves them out of its table rather than counting them as failures."""
+    kept, flagged = [], {}
+    for ref in refs:
+        flags = flags_of(ref)
+        if flags:
+            flagged[ref] = f"flagged by the suite's {', '.join(flags)}"
+        else:
+            kept.append(ref)
+    return kept, flagged
 
 
 def run_sweep(cfg, refs: list[str], run_dir: str | Path | None = None, skipped: dict[str, str] | None = None,
@@ -293,6 +318,10 @@ def add_sweep_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                                  "folder, a robust-kbench tasks folder, or a task")
     p.add_argument("--level", type=int, help="KernelBench level: use SUITE/levelN (or SUITE/KernelBench/levelN)")
     p.add_argument("--tasks", help="comma list of task names (or name prefixes) to keep")
+    p.add_argument("--rkb-mode", choices=RKB_MODES, default="",
+                   help="robust-kbench configuration mode of the tasks found (default: single, as the suite runs)")
+    p.add_argument("--include-flagged", action="store_true",
+                   help="also run the tasks the suite's filter_results.json flags (skipped by default)")
     p.add_argument("--config", help="YAML config (see configs/)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key")
     p.add_argument("--budget-total", type=int, default=0, help="evaluations for the whole sweep, split over tasks "
@@ -313,6 +342,8 @@ def add_sweep_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
 def add_tasks_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("path", nargs="?", help="suite name, folder or file (default: the built-in tasks)")
     p.add_argument("--level", type=int, help="KernelBench level folder under PATH")
+    p.add_argument("--rkb-mode", choices=RKB_MODES, default="",
+                   help="robust-kbench configuration mode of the tasks found (default: single, as the suite runs)")
     return p
 
 
@@ -329,9 +360,16 @@ def cmd_sweep(args) -> int:
     elif not _names_key(args, "eval.torch_compile"):
         cfg.eval.torch_compile = True      # a sweep's table reports both baselines
     language = language_of(cfg.eval)
-    refs, skipped = plan(args.suite, args.level, args.tasks, language, cfg.proposer.kind == "offline")
+    refs, skipped = plan(args.suite, args.level, args.tasks, language, cfg.proposer.kind == "offline",
+                         getattr(args, "rkb_mode", ""))
     for ref, why in skipped.items():
         print(f"kfray: skipping {ref}: {why}", file=sys.stderr)
+    if not getattr(args, "include_flagged", False):
+        refs, flagged = split_flagged(refs)
+        if flagged:
+            print(f"kfray: skipping {len(flagged)} task(s) the suite itself flags as degenerate "
+                  f"(filter_results.json; --include-flagged runs them): "
+                  + "; ".join(f"{r}: {w}" for r, w in flagged.items()), file=sys.stderr)
     from kfray.cli import preflight_llm
     preflight_llm(cfg.proposer)
     summary = run_sweep(cfg, refs, args.run_dir, skipped, progress=not args.quiet,
@@ -363,36 +401,76 @@ def _names_key(args, key: str) -> bool:
     return True
 
 
+def reason_key(msg: str) -> str:
+    """A short key that groups load errors of one kind across tasks: the message's first line without
+    where it happened, quoted names or numbers, cut before its details."""
+    from kfray.tasks.robust_kbench import SUITE_BUG
+
+    line = msg.splitlines()[0] if msg else ""
+    if SUITE_BUG in line:
+        return f"{SUITE_BUG}: its config passes a setting that Model() or get_inputs() does not take"
+    line = re.sub(r"^\S*[/\\]\S*?(?: \(configuration [^)]*\))?: ", "", line)    # the file and configuration
+    line = re.sub(r"'[^']*'|\"[^\"]*\"|`[^`]*`", "X", line)
+    line = re.sub(r"\d+(\.\d+)?", "N", line)
+    line = re.split(r" \(|; |: ", line)[0]
+    return line[:90] or "unknown"
+
+
 def cmd_tasks(args) -> int:
+    """List what a folder holds; exit 1 when some tasks cannot load, with a count per reason."""
     from rich.console import Console
     from rich.table import Table
 
     from kfray.tasks import discover, load_task, suite_names
 
     path, level = getattr(args, "path", None), getattr(args, "level", None)
-    found = discover(path, level)
+    found = discover(path, level, getattr(args, "rkb_mode", "") or "")
     t = Table(title=f"tasks in {path}" if path else "built-in tasks", show_lines=False)
     for c in ("task", "status", "shape configs", "seeds"):
         t.add_column(c, overflow="fold")
-    bad = 0
+    reasons: dict[str, list[str]] = {}
+    flagged = []
     for ref, err in found:
         if err:
-            bad += 1
+            reasons.setdefault(reason_key(err), []).append(ref)
             t.add_row(ref, f"[red]cannot load[/red]: {err}", "", "")
             continue
         task = load_task(ref)
+        suite = getattr(task, "suite", None)
         shapes = ", ".join(task.shapes)
         if len(shapes) > 80:
-            shapes = f"{len(task.shapes)} configs: {shapes[:70]}..."
-        t.add_row(ref.split(":", 1)[1] if ref.startswith("builtin:") else ref,
-                  "ok: " + task.description.splitlines()[0][:90], shapes,
+            shapes = f"{len(task.shapes)} config{'s' if len(task.shapes) > 1 else ''}: {shapes[:70]}..."
+        status = "ok: " + task.description.splitlines()[0][:90]
+        if suite is not None and suite.flagged:
+            flagged.append(ref)
+            status = f"[yellow]flagged by the suite ({', '.join(suite.flagged)})[/yellow]; " + status
+        if suite is not None and suite.functional_error:
+            status += f" [yellow]kf_forward: {suite.functional_error}[/yellow]"
+        t.add_row(ref.split(":", 1)[1] if ref.startswith("builtin:") else ref, status, shapes,
                   ", ".join(f"{s.language}:{s.name}" for s in task.seeds) or "-")
     console = Console(width=None if sys.stdout.isatty() else 160)
     console.print(t)
-    print(f"{len(found) - bad} of {len(found)} tasks load" + (f"; {bad} cannot (reasons above)" if bad else ""))
+    bad = sum(len(r) for r in reasons.values())
+    print(f"{len(found) - bad} of {len(found)} tasks load" + (f"; {bad} cannot:" if bad else ""))
+    def names(refs: list[str], most: int) -> str:
+        root = Path(path).resolve() if path else None
+        short = []
+        for r in refs[:most]:
+            tail = r.split(":", 1)[-1]
+            try:
+                short.append(str(Path(tail).relative_to(root)) if root else tail)
+            except ValueError:
+                short.append(Path(tail).name)
+        return ", ".join(short) + (", ..." if len(refs) > most else "")
+
+    for key, refs in sorted(reasons.items(), key=lambda kv: -len(kv[1])):
+        print(f"  {len(refs):4d}  {key} ({names(refs, 4)})")
+    if flagged:
+        print(f"{len(flagged)} flagged by the suite's filter_results.json (kfray sweep skips them unless "
+              f"--include-flagged): {names(flagged, 12)}")
     if path is None and suite_names():
         print(f"suites shipped with kfray: {', '.join(suite_names())} (kfray tasks SUITE lists one)")
-    return 0
+    return 1 if bad else 0
 
 
 def main(argv: list[str] | None = None) -> int:

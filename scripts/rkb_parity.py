@@ -19,13 +19,31 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
 SUITE = r"""
-import json, sys, importlib
-task_dir, direction, kernel = sys.argv[1:4]
+import json, os, sys, types
+root, task_dir, direction, kernel = sys.argv[1:5]
+# The package's __init__ pulls in its profilers (pycuda); its correctness code needs none of them.
+pkg = types.ModuleType("robust_kbench")
+pkg.__path__ = [os.path.join(root, "robust_kbench")]
+sys.modules["robust_kbench"] = pkg
+from torch.utils.cpp_extension import load
 from robust_kbench.kernel_task import KernelTask
-mod = importlib.import_module(f"robust_kbench.primitives.{direction}.cuda_correct")
+from robust_kbench.sandbox.correct_forward_fn import check_forward_correctness
+from robust_kbench.sandbox.correct_backward_fn import check_backward_correctness
 task = KernelTask(task_dir, forward=direction == "forward")
 try:
-    res = mod.cuda_correct(task, kernel, atol=1e-3, rtol=1e-3, num_correct_trials=5)["summary"]
+    # as robust_kbench/primitives/*/cuda_correct.py builds and checks
+    ext = load(name=task.task_name, sources=[kernel], extra_cuda_cflags=["-O3", "--use_fast_math"],
+               with_cuda=True, verbose=False)
+    correct, max_diff = True, 0.0
+    for init, inp in zip(task.get_init_settings(), task.get_input_settings()):
+        if direction == "forward":
+            r = check_forward_correctness(task.model, task.forward_fn, ext.forward, task.get_inputs, inp, init,
+                                          num_correct_trials=5, rtol=1e-3, atol=1e-3)
+        else:
+            r = check_backward_correctness(task.model, task.forward_fn, task.autograd_fn, ext.backward,
+                                           task.get_inputs, inp, init, num_correct_trials=5, rtol=1e-3, atol=1e-3)
+        correct, max_diff = correct and r.correct, max(max_diff, r.max_diff)
+    res = {"correct": correct, "max_diff": max_diff}
 except Exception as e:
     res = {"correct": False, "error": f"{type(e).__name__}: {str(e)[:300]}"}
 print("RESULT " + json.dumps(res, default=str))
@@ -34,7 +52,7 @@ print("RESULT " + json.dumps(res, default=str))
 
 def suite_verdict(root: str, task: str, direction: str, kernel: str) -> dict:
     env = {**os.environ, "TORCH_EXTENSIONS_DIR": tempfile.mkdtemp(prefix="rkb_ext_")}
-    p = subprocess.run([sys.executable, "-c", SUITE, os.path.join(root, task), direction,
+    p = subprocess.run([sys.executable, "-c", SUITE, root, os.path.join(root, task), direction,
                         os.path.join(root, kernel)], capture_output=True, text=True, env=env, timeout=900)
     for line in p.stdout.splitlines():
         if line.startswith("RESULT "):

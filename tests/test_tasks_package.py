@@ -59,7 +59,7 @@ def test_discover_lists_the_packages_folder():
 
 @pytest.mark.parametrize("old,new,expect", [
     ("dtype: float32, shape: [n], role: out", "dtype: f32, shape: [n], role: out",
-     "task.yaml: args[1].dtype: unknown dtype 'f32' (known: float32, float64, int32, int64)"),
+     "task.yaml: args[1].dtype: unknown dtype 'f32' (known: float32, float64, int32, int64, bool)"),
     ("shape: [n]}", "shape: [m]}", "task.yaml: args[0].shape[0]: unknown name 'm'"),
     ("rtol: 1.0e-5", "rtol: tight", "task.yaml: rtol: must be a number"),
     ("flops: n", "flops: n\nflopz: 3", "task.yaml: flopz: unknown key"),

@@ -40,7 +40,9 @@ def test_level_folder_lists_every_file_with_its_ref_or_reason():
     names = {Path(r.split(":", 1)[1]).name: e for r, e in found.items()}
     assert set(names) == {"1_Relu.py", "2_Linear_bias.py", "3_Softmax_rows.py", "4_Half_precision_gelu.py",
                           "5_Bias_norm.py"}
-    assert "input x has dtype float16" in names["4_Half_precision_gelu.py"]
+    assert names["4_Half_precision_gelu.py"] is None          # loads: suite-form kernels can take float16
+    half = load_task("kernelbench:" + str(KB / "level1" / "4_Half_precision_gelu.py"))
+    assert "float16" in half.suite.functional_error            # kf_forward kernels cannot, and say so
     assert all(e is None for n, e in names.items() if n != "4_Half_precision_gelu.py")
     assert dict(discover(str(KB / "level1"))) == found
     with pytest.raises(TaskError, match="no level7 folder"):
@@ -95,21 +97,23 @@ def test_kernelbench_kernels_run_in_the_sandbox(evaluator):
 
 
 # --- robust-kbench -------------------------------------------------------------------------------
-def test_config_combinations_cover_single_and_multi_with_shared_last():
+def test_config_combinations_follow_the_suite_modes_with_shared_last():
     cfg = json.loads((RKB / "scaled_leaky" / "config_forward.json").read_text())
-    combos = config_combinations(cfg, "x")
-    assert len(combos) == 8                       # 2 init x 2 input x 2 shared, singles deduplicated
-    assert {(i["slope"], i["cols"], x["rows"], x["cols"]) for i, x in combos.values()} == {
+    assert [(c.init, c.inputs) for c in config_combinations(cfg, "x")] == [({"slope": 0.1, "cols": 64},
+                                                                            {"rows": 16, "cols": 64})]
+    combos = config_combinations(cfg, "x", "multi")
+    assert len(combos) == 8                       # 2 init x 2 input x 2 shared
+    assert {(c.init["slope"], c.init["cols"], c.inputs["rows"], c.inputs["cols"]) for c in combos} == {
         (s, c, r, c) for s in (0.1, 0.3) for c in (64, 40) for r in (16, 33)}
-    combos = config_combinations({"single_input_configs": [{"n": 1, "k": 2}],
+    combos = config_combinations({"single_input_configs": [{"n": 1, "k": 2}], "single_init_configs": [{}],
                                   "single_shared_configs": [{"k": 5}]}, "x")
-    assert list(combos.values()) == [({"k": 5}, {"n": 1, "k": 5})]
-    with pytest.raises(TaskError, match="has none of"):
+    assert [(c.init, c.inputs) for c in combos] == [({"k": 5}, {"n": 1, "k": 5})]
+    with pytest.raises(TaskError, match="needs single_input_configs, which the file lacks"):
         config_combinations({"other": 1}, "x")
 
 
 def test_rkb_task_has_a_shape_config_per_combination():
-    t = load_task(f"rkb:{RKB / 'scaled_leaky'}")
+    t = load_task(f"rkb:{RKB / 'scaled_leaky'}@multi")
     assert len(t.shapes) == 8
     assert t.signature("cpp") == ('extern "C" int kf_forward(const float* x, const float* gain, float* out, '
                                   'int64_t rows, int64_t cols, float slope)')
@@ -137,12 +141,12 @@ extern "C" int kf_forward(const float* x, const float* gain, float* out, int64_t
 
 
 def test_kernel_right_on_one_config_and_wrong_on_another_fails(evaluator):
-    ref = f"rkb:{RKB / 'scaled_leaky'}"
+    ref = f"rkb:{RKB / 'scaled_leaky'}@multi"
     r = _eval(evaluator, ref, LEAKY.replace("SLOPE", "slope"))
     assert r.tier == 5, r.reason
     assert set(r.times) == set(load_task(ref).shapes)
     r = _eval(evaluator, ref, LEAKY.replace("SLOPE", "cols == 64 ? slope : 0.2f"))   # right only where cols == 64
-    assert r.tier == 4 and "cols40" in r.reason
+    assert r.tier == 4 and "cols_40" in r.reason
 
 
 LINEAR_TANH_BACKWARD = """#include <cmath>
@@ -179,7 +183,7 @@ extern "C" int kf_forward(const float* x, const float* gout, const float* w, con
 
 
 def test_backward_task_is_checked_on_every_combination(evaluator):
-    ref = f"rkb:{RKB / 'linear_tanh'}#backward"
+    ref = f"rkb:{RKB / 'linear_tanh'}#backward@multi"
     t = load_task(ref)
     assert [o.name for o in t.outputs] == ["grad_x", "grad_weight", "grad_bias"]
     assert len(t.shapes) == 4

@@ -1,5 +1,5 @@
 """PyTorch-extension kernels (language torch_ext), the form KernelBench and robust-kbench publish:
-detection, the harness's rules (with Python stand-ins for `forward`, no compile), g++ builds
+detection, the suite harness's rules (with Python stand-ins for `forward`, no compile), g++ builds
 checked and timed in the sandbox, a kernel wrong on one of two configurations, `kfray verify`,
 and nvcc builds (compile where nvcc is; run where PyTorch sees a GPU).
 
@@ -21,7 +21,6 @@ from kfray.candidate import Candidate, EvalResult  # noqa: E402
 from kfray.config import EvalConfig  # noqa: E402
 from kfray.eval.backends.base import get_backend  # noqa: E402
 from kfray.eval.backends.torch_ext import backend_for, is_torch_extension  # noqa: E402
-from kfray.eval.measure_ext import bind  # noqa: E402
 from kfray.tasks import load_task  # noqa: E402
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not on PATH")
@@ -83,7 +82,8 @@ def get_inputs(rows: int = 6, cols: int = 32):
 input_names = ["x"]
 '''
 RKB_CONFIG = {"single_input_configs": [{"rows": 6}], "single_init_configs": [{"shift": 0.25}],
-              "single_shared_configs": [{"cols": 32}], "multi_shared_configs": [{"cols": 32}, {"cols": 24}]}
+              "single_shared_configs": [{"cols": 32}], "multi_input_configs": [{"rows": 6}],
+              "multi_init_configs": [{"shift": 0.25}], "multi_shared_configs": [{"cols": 32}, {"cols": 24}]}
 
 # --- kernels ------------------------------------------------------------------------------------
 LINEAR_RELU_CPP = r'''// relu(x @ W^T + b) * 1.5, one output element at a time.
@@ -156,7 +156,8 @@ torch::Tensor forward(torch::Tensor x, torch::Tensor weight, torch::Tensor bias)
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("forward", &forward); }
 '''
 
-JOB = {"trials": 2, "warmup": 1, "repeats": 5, "max_repeats": 20, "min_time": 0.005, "cache_bytes": 1 << 20}
+JOB = {"trials": 2, "warmup": 1, "repeats": 5, "max_repeats": 20, "min_time": 0.005, "cache_bytes": 1 << 20,
+       "suite_perf_trials": 10}
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +168,7 @@ def tasks(tmp_path_factory):
     rkb.mkdir()
     (rkb / "func_forward.py").write_text(RKB_FUNC)
     (rkb / "config_forward.json").write_text(json.dumps(RKB_CONFIG))
-    return {"kb": f"kernelbench:{root / 'linear_relu.py'}", "rkb": f"rkb:{rkb}", "root": root}
+    return {"kb": f"kernelbench:{root / 'linear_relu.py'}", "rkb": f"rkb:{rkb}@multi", "root": root}
 
 
 @pytest.fixture(scope="module")
@@ -236,10 +237,10 @@ def test_harness_accepts_a_right_forward_and_rejects_each_way_of_cheating(tasks,
     assert out["tier"] == 5, out["reason"]
     assert out["times"]["default"] > 0 and out["ref_times"]["default"] > 0
 
-    cache = {}
+    state = {}
 
-    def cached(x, w, b):          # computes once, then hands back the same tensor
-        return cache.setdefault("y", right(x, w, b))
+    def cached(x, w, b):          # computes once, then hands back copies of the first result
+        return state.setdefault("y", right(x, w, b)).clone()
 
     def in_place(x, w, b):        # its output is the input's memory
         return x[:, :16].copy_(right(x, w, b))
@@ -249,13 +250,15 @@ def test_harness_accepts_a_right_forward_and_rejects_each_way_of_cheating(tasks,
         w.mul_(2)
         return y
 
-    cases = {cached: (4, "same memory on two calls"), in_place: (4, "shares memory with input x"),
-             mutates: (4, "input fc_weight was modified"),
-             (lambda x, w, b: right(x, w, b)[:4]): (3, "has shape (4, 16), expected (8, 16)"),
-             (lambda x, w, b: right(x, w, b).double()): (3, "dtype float64, expected float32"),
+    cases = {cached: (4, "KernelBench's rule"),
+             in_place: (4, "shares memory with input 0"),
+             mutates: (4, "changed parameter inner.fc.weight"),
+             (lambda x, w, b: right(x, w, b)[:4]): (3, "shape (4, 16), expected (8, 16)"),
+             (lambda x, w, b: right(x, w, b).double()): (3, "dtype torch.float64, expected torch.float32"),
              (lambda x, w, b: (right(x, w, b), right(x, w, b))): (3, "returned 2 tensors"),
-             (lambda x, w, b: right(x, w, b) * 1.01): (4, "outside tolerance")}
+             (lambda x, w, b: right(x, w, b) * 1.01): (4, "outside atol=0.0001")}
     for fn, (tier, words) in cases.items():
+        state.clear()
         out = backend.run_job(fn, task, JOB)
         assert out["tier"] == tier and words in out["reason"], out["reason"]
 
@@ -263,15 +266,17 @@ def test_harness_accepts_a_right_forward_and_rejects_each_way_of_cheating(tasks,
 def test_robust_kbench_forward_gets_what_model_forward_hands_to_fn(tasks):
     task = load_task(tasks["rkb"])
     backend = get_backend("torch_ext_cpu", EvalConfig())
-    assert len(task.shapes) == 2
-    for shape, settings in task.configs.items():
-        args = backend.to_device(backend.make_args(task, shape, np.random.default_rng(0)))
-        seen = []
-        call = bind(task, lambda *a: seen.append(a) or a[0], args, shape, "cpu")
-        call()
-        x, w, shift = seen[-1]
-        assert x is args["x"] and w is args["weight"] and shift == settings["shift"]
-        assert tuple(x.shape) == (6, settings["cols"])
+    assert [c.inputs["cols"] for c in task.suite.configs] == [32, 24]
+    seen = []
+
+    def recording(x, w, shift):
+        seen.append((tuple(x.shape), tuple(w.shape), shift))
+        return torch.tanh(x) * w + shift
+
+    out = backend.run_job(recording, task, JOB)
+    assert out["tier"] == 5, out["reason"]
+    assert {(6, 32), (6, 24)} == {x for x, _, _ in seen}
+    assert all(w == (x[1],) and shift == 0.25 for x, w, shift in seen)
 
 
 # --- g++ builds, in the sandbox -------------------------------------------------------------------
@@ -279,7 +284,7 @@ def test_robust_kbench_forward_gets_what_model_forward_hands_to_fn(tasks):
 def test_cpp_extension_is_correct_and_timed_against_eager_pytorch(tasks, builds, evaluator):
     r = _eval(evaluator, tasks["kb"], LINEAR_RELU_CPP)
     assert r.tier == 5, r.reason
-    assert r.facts["compile_cached"] and r.facts["form"] == "torch_ext"
+    assert r.facts["compile_cached"] and r.facts["form"] == "suite" and r.facts["suite"]["name"] == "KernelBench"
     assert r.times["default"] > 0 and r.ref_times["default"] > 0 and r.speedup > 0
 
 
@@ -295,15 +300,12 @@ def test_compile_errors_come_back_with_the_compiler_diagnostics(tasks, cache_env
 def test_extension_right_on_one_config_and_wrong_on_another_fails(tasks, builds, evaluator, one_thread):
     r = _eval(evaluator, tasks["rkb"], TANH_GAIN_WRONG_CPP)
     assert r.tier == 4, r.reason
-    assert "cols24" in r.reason and "output out" in r.reason
+    assert "cols_24" in r.reason and "output 0" in r.reason and "robust-kbench's rule" in r.reason
     # ...while on the cols == 32 configuration it is right (loaded here, outside the sandbox)
-    task = load_task(tasks["rkb"])
     backend = get_backend("torch_ext_cpu", EvalConfig())
-    fwd = backend.load(builds["tanh_gain_wrong"].artifact, task)
-    shape = next(s for s, c in task.configs.items() if c["cols"] == 32)
-    args = backend.to_device(backend.make_args(task, shape, np.random.default_rng(1)))
-    want = backend.reference(task, args)["out"]
-    assert np.allclose(bind(task, fwd, args, shape, "cpu")().numpy(), want, atol=1e-5)
+    fwd = backend.load(builds["tanh_gain_wrong"].artifact, load_task(tasks["rkb"]))
+    x, w = torch.randn(6, 32), torch.rand(32) + 0.5
+    assert torch.allclose(fwd(x, w, 0.25), torch.tanh(x) * w + 0.25, atol=1e-5)
 
 
 @needs_gxx
@@ -315,7 +317,7 @@ def test_kfray_verify_prints_correctness_and_speedup(tasks, builds, tmp_path, ca
     assert main(["verify", tasks["kb"], str(kernel), "--set", "eval.repeats=3", "--set", "eval.min_time_s=0.005"]) == 0
     out = capsys.readouterr().out
     assert "torch_ext_cpu" in out and "correct (tier 5)" in out and "(cached)" in out
-    assert "speedup" in out and "default:" in out
+    assert "KernelBench's verdict" in out and "KernelBench's way" in out and "kfray's way" in out
 
 
 # --- nvcc builds ----------------------------------------------------------------------------------
@@ -345,6 +347,6 @@ def test_cu_extension_is_correct_and_timed_on_the_gpu(tasks, cache_env):
         assert r.tier == 5, r.reason
         assert r.hardware.startswith("cuda") and r.ref_times["default"] > 0 and r.speedup > 0
         wrong = _eval(ev, tasks["kb"], LINEAR_RELU_CU.replace("1.5f * acc", "1.4f * acc"))
-        assert wrong.tier == 4 and "output out" in wrong.reason
+        assert wrong.tier == 4 and "output 0" in wrong.reason
     finally:
         ev.shutdown()

@@ -9,7 +9,9 @@ Reference forms (a worker process reloads a task from its ref, so refs are paths
 - `rkb:DIR` or a path to a folder with func_forward.py: a robust-kbench task; `rkb:DIR#backward` its backward.
 
 A suffix `@SET` picks one of the task's named shape sets instead of its default shapes, e.g.
-`axpb@gpu` (sizes that fill a GPU). `discover(path)` lists what a folder holds, with load errors.
+`axpb@gpu` (sizes that fill a GPU); for a robust-kbench task it picks the suite's configuration mode
+(`rkb:DIR#backward@multi`; single, its default, multi, multi_input, multi_init).
+`discover(path)` lists what a folder holds, with load errors.
 """
 from __future__ import annotations
 
@@ -53,13 +55,16 @@ def _split_set(ref: str) -> tuple[str, str]:
 @lru_cache(maxsize=64)
 def load_task(ref: str) -> Task:
     base, shape_set = _split_set(ref)
+    kind, rest = _kind(base)
+    if kind == "rkb":          # the suffix is robust-kbench's mode: it decides which configs exist at all
+        task = _load_rkb(ref, rest, shape_set or "single")
+        return dataclasses.replace(task, ref=ref)
     task = _load(base)
     if shape_set:
         if shape_set not in task.shape_sets:
             raise TaskError(f"task {base!r} has no shape set {shape_set!r} "
                             f"(it has: {', '.join(task.shape_sets) or 'none'})")
         task = dataclasses.replace(task, shapes=task.shape_sets[shape_set])
-    kind = _kind(base)[0]
     return dataclasses.replace(task, ref=ref, name=ref if kind == "builtin" else task.name)
 
 
@@ -105,20 +110,29 @@ def _load(ref: str) -> Task:
 
         return load_kernelbench(rest)
     if kind == "rkb":
-        from kfray.tasks.robust_kbench import load_rkb
-
-        path, _, variant = rest.partition("#")
-        if variant not in ("", "forward", "backward"):
-            raise TaskError(f"task reference {ref!r}: unknown variant #{variant} (known: #forward, #backward)")
-        return load_rkb(path, backward=variant == "backward")
+        return _load_rkb(ref, rest, "single")
     if kind == "dir":
         raise TaskError(f"{rest}: a folder, but not a task (no task.yaml, no func_forward.py); "
                         f"`kfray tasks {rest}` lists the tasks inside it")
     raise TaskError(f"task reference {ref!r}: unknown loader {kind!r} (known: {', '.join(KINDS)})")
 
 
+def _load_rkb(ref: str, rest: str, mode: str) -> Task:
+    from kfray.tasks.robust_kbench import load_rkb
+    from kfray.tasks.suite_spec import RKB_MODES
+
+    path, _, variant = rest.partition("#")
+    if variant not in ("", "forward", "backward"):
+        raise TaskError(f"task reference {ref!r}: unknown variant #{variant} (known: #forward, #backward; "
+                        f"a mode goes last, as in rkb:DIR#backward@multi)")
+    if mode not in RKB_MODES:
+        raise TaskError(f"task reference {ref!r}: unknown robust-kbench mode @{mode} "
+                        f"(known: {', '.join('@' + m for m in RKB_MODES)})")
+    return load_rkb(path, backward=variant == "backward", mode=mode)
+
+
 # --- listing ---------------------------------------------------------------------------------------
-def _refs_in(p: Path, depth: int) -> list[str]:
+def _refs_in(p: Path, depth: int, rkb_mode: str = "") -> list[str]:
     from kfray.tasks.kernelbench import is_problem_file
     from kfray.tasks.package import is_package
     from kfray.tasks.robust_kbench import is_rkb_dir
@@ -133,7 +147,7 @@ def _refs_in(p: Path, depth: int) -> list[str]:
         out = [f"rkb:{p}"]
         if (p / "func_backward.py").is_file() or (p / "config_backward.json").is_file():
             out.append(f"rkb:{p}#backward")
-        return out
+        return [f"{r}@{rkb_mode}" for r in out] if rkb_mode and rkb_mode != "single" else out
     out: list[str] = []
     try:
         children = sorted(p.iterdir(), key=lambda c: (_natural(c.name)))
@@ -145,7 +159,7 @@ def _refs_in(p: Path, depth: int) -> list[str]:
     if depth > 0:
         for c in children:
             if c.is_dir() and not c.name.startswith((".", "_")) and c.name != "node_modules":
-                out += _refs_in(c, depth - 1)
+                out += _refs_in(c, depth - 1, rkb_mode)
     return out
 
 
@@ -155,9 +169,10 @@ def _natural(name: str):
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
 
-def resolve(spec: str | None, level: int | None = None) -> list[str]:
+def resolve(spec: str | None, level: int | None = None, rkb_mode: str = "") -> list[str]:
     """Task refs for a suite name, a folder (package, robust-kbench tasks, KernelBench levels), a
-    file, or None (the built-ins). `level` picks KernelBench's levelN folder under `spec`."""
+    file, or None (the built-ins). `level` picks KernelBench's levelN folder under `spec`;
+    `rkb_mode` the configuration mode of the robust-kbench tasks found (default: single)."""
     if spec is None:
         return [f"builtin:{n}" for n in builtin_names()]
     p = Path(spec)
@@ -178,14 +193,15 @@ def resolve(spec: str | None, level: int | None = None) -> list[str]:
         else:
             if p.name != f"level{level}":
                 raise TaskError(f"{spec}: no level{level} folder in it (nor in {spec}/KernelBench)")
-    return _refs_in(p, depth=3)
+    return _refs_in(p, depth=3, rkb_mode=rkb_mode)
 
 
-def discover(path: str | None = None, level: int | None = None) -> list[tuple[str, str | None]]:
+def discover(path: str | None = None, level: int | None = None,
+             rkb_mode: str = "") -> list[tuple[str, str | None]]:
     """Every task a folder (or suite name, or None: the built-ins) holds, as (ref, None) when it
     loads and (ref, why not) when it does not."""
     out = []
-    for ref in resolve(path, level):
+    for ref in resolve(path, level, rkb_mode):
         try:
             load_task(ref)
             out.append((ref, None))

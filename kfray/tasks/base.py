@@ -9,8 +9,16 @@ import numpy as np
 from kfray.errors import TaskError
 from kfray.source import safe_eval
 
-C_TYPES = {"float32": "float", "float64": "double", "int32": "int", "int64": "int64_t"}
-NP_TYPES = {"float32": np.float32, "float64": np.float64, "int32": np.int32, "int64": np.int64}
+# The dtypes a kf_forward kernel takes, with their C type, and the numpy dtype of their host arrays.
+C_TYPES = {"float32": "float", "float64": "double", "int32": "int", "int64": "int64_t", "bool": "bool"}
+# Dtypes a task may hold (suite problems in half precision) that kf_forward cannot take: no one C type
+# serves every backend (_Float16, __half, sycl::half) and numpy has no bfloat16. Such a task still
+# loads and runs as a PyTorch extension or ModelNew kernel; its host arrays hold bfloat16 widened.
+TORCH_ONLY_TYPES = ("float16", "bfloat16")
+DTYPES = (*C_TYPES, *TORCH_ONLY_TYPES)
+NP_TYPES = {"float32": np.float32, "float64": np.float64, "int32": np.int32, "int64": np.int64,
+            "bool": np.bool_, "float16": np.float16, "bfloat16": np.float32}
+ITEMSIZE = {"float32": 4, "float64": 8, "int32": 4, "int64": 8, "bool": 1, "float16": 2, "bfloat16": 2}
 
 
 @dataclass(frozen=True)
@@ -64,9 +72,9 @@ class Task:
         if not any(isinstance(a, Tensor) and a.role == "out" for a in self.args):
             raise TaskError(f"task {self.name}: needs at least one output tensor")
         for a in self.args:
-            if a.dtype not in C_TYPES:
+            if a.dtype not in DTYPES:
                 raise TaskError(f"task {self.name}: argument {a.name} has unknown dtype {a.dtype!r} "
-                                f"(known: {', '.join(C_TYPES)})")
+                                f"(known: {', '.join(DTYPES)})")
 
     @property
     def inputs(self) -> list[Tensor]:
@@ -95,6 +103,10 @@ class Task:
     def signature(self, language: str) -> str:
         """The exact entry point a candidate must export (DESIGN.md kernel contract)."""
         parts = []
+        odd = [f"{a.name} ({a.dtype})" for a in self.args if a.dtype not in C_TYPES]
+        if odd:
+            raise TaskError(f"task {self.name}: kf_forward kernels cannot take {', '.join(odd)}; "
+                            f"only a PyTorch extension or ModelNew kernel can")
         for a in self.args:
             ct = C_TYPES[a.dtype]
             if isinstance(a, Tensor):
@@ -120,6 +132,8 @@ class Task:
                 dt = NP_TYPES[a.dtype]
                 if a.role == "out":
                     out[a.name] = xp.full(dims, np.nan if np.issubdtype(dt, np.floating) else -1, dtype=dt)
+                elif dt is np.bool_:           # a fair coin per element (a mask)
+                    out[a.name] = (rng.random(dims) if xp is np else gen.rand(*dims)) < 0.5
                 elif np.issubdtype(dt, np.floating):
                     x = gen.standard_normal(dims, dtype=dt) if xp is not np else rng.standard_normal(dims).astype(dt)
                     out[a.name] = x * dt(self.input_scale) if self.input_scale != 1.0 else x

@@ -8,13 +8,51 @@ as a scalar. PyTorch (eager) is the reference and the baseline the speedups are 
 from __future__ import annotations
 
 import inspect
+import os
+import re
+import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from kfray.errors import TaskError
+from kfray.tasks.base import Tensor
 from kfray.tasks.package import import_file
-from kfray.tasks.torch_ref import Problem, build_torch_task, module_constants, need_torch
+from kfray.tasks.suite_spec import KB_TOLERANCE, KERNELBENCH, SuiteSpec
+from kfray.tasks.torch_ref import (Problem, build_torch_task, kf_forward_error, missing_package, module_constants,
+                                   need_torch, tensor_bytes)
 
-RTOL = ATOL = 1e-3
+RTOL = ATOL = 1e-3                      # kfray's own tolerance (the suite's own is in task.suite)
+# Weights a problem fetches from the network (level4: transformers' from_pretrained): kfray does not.
+NETWORK_WEIGHTS = re.compile(r"\bfrom_pretrained\s*\(|\bhf_hub_download\b|\bsnapshot_download\b")
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
+
+@contextmanager
+def offline():
+    """Hugging Face libraries offline while a problem is imported and built, so one that wants
+    weights it has not cached fails at once instead of downloading gigabytes; restored after."""
+    old = {k: os.environ.get(k) for k in OFFLINE_ENV}
+    os.environ.update(OFFLINE_ENV)
+    hub = sys.modules.get("huggingface_hub.constants")     # read the variable at import: set it too
+    hub_old = getattr(hub, "HF_HUB_OFFLINE", None)
+    if hub is not None:
+        hub.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        if hub is not None:
+            hub.HF_HUB_OFFLINE = hub_old
+
+
+def precision(task) -> str:
+    """The problem's own precision: its lowest floating dtype (KernelBench's default is float32)."""
+    dts = {a.dtype for a in task.args if isinstance(a, Tensor)}
+    return next((d for d in ("bfloat16", "float16") if d in dts), "float32")
 
 
 def is_problem_file(path: Path) -> bool:
@@ -33,6 +71,28 @@ def load_kernelbench(path: str | Path):
     if not path.is_file():
         raise TaskError(f"{where}: no such KernelBench problem file")
     need_torch(where)
+    text = path.read_text(errors="replace")
+    try:
+        with offline():
+            task = _load(path, where, text)
+    except TaskError as e:
+        reason = str(e).removeprefix(f"{where}: ")
+        pkg = missing_package(e)
+        if NETWORK_WEIGHTS.search(text):
+            raise TaskError(f"{where}: needs model weights from the network (from_pretrained / the Hugging "
+                            f"Face Hub), which kfray does not fetch" +
+                            (f"; it also {pkg}" if pkg else f" (offline, it fails: {reason})")) from None
+        if pkg:
+            raise TaskError(f"{where}: {pkg}") from None
+        raise
+    tol = KB_TOLERANCE[precision(task)]
+    task.rtol, task.atol = max(RTOL, tol), max(ATOL, tol)
+    task.suite = SuiteSpec(kind=KERNELBENCH, path=str(path), rtol=tol, atol=tol, bytes_needed=tensor_bytes(task),
+                           functional_error=kf_forward_error(task))
+    return task
+
+
+def _load(path: Path, where: str, text: str):
     mod = import_file(path, "KernelBench problem")
     for attr in ("Model", "get_inputs"):
         if not hasattr(mod, attr):
@@ -43,7 +103,8 @@ def load_kernelbench(path: str | Path):
     try:
         init_vals = list(get_init())
     except Exception as e:
-        raise TaskError(f"{where}: get_init_inputs() failed: {type(e).__name__}: {e}") from None
+        raise TaskError(f"{where}: get_init_inputs() failed: {missing_package(e) or f'{type(e).__name__}: {e}'}") \
+            from None
     settings = dict(consts)
     for i, v in enumerate(init_vals):   # init values that are no named constant get a name of their own
         if isinstance(v, (int, float)) and not isinstance(v, bool) and \
@@ -60,7 +121,7 @@ def load_kernelbench(path: str | Path):
         make_model=lambda cfg: Model(*init_vals),
         make_inputs=lambda cfg: list(get_inputs()),
         input_names=names, configs={"default": settings}, size_names={"default": list(consts)},
-        source_text=path.read_text(), title=path.stem)
+        source_text=text, title=path.stem)
     level = path.parent.name
     desc = (f"KernelBench {level} problem {path.stem}: compute exactly what Model.forward computes, "
             f"as one or more kernels.")

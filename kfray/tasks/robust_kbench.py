@@ -2,9 +2,17 @@
 `input_names`) and `config_forward.json` becomes a Task (ref `rkb:DIR`); `rkb:DIR#backward` uses
 `func_backward.py` / `config_backward.json` where the folder has them.
 
-Every combination of init x input x shared configuration becomes a shape config, so correctness is
-checked on all of them, single and multi settings together (deduplicated), the way robust-kbench's
-`multi_init_settings` / `multi_input_settings` runs check them. Shared settings apply last.
+The configurations are those robust-kbench itself runs (robust_kbench/config_task.py): a ref suffix
+picks its mode, `rkb:DIR` = single (its default), `@multi` (multi_input_settings and
+multi_init_settings), `@multi_input` or `@multi_init`, e.g. `rkb:DIR#backward@multi`. Each mode reads
+its own input / init lists (multi_shared only when both flags are on), every init x input x shared
+product is one configuration (shared applied last to both; duplicates removed, suite order kept),
+named by the suite's own config string. `task.suite` (a SuiteSpec) carries them all.
+
+The kf_forward layout (one C signature) is built from the configurations that share the first one's
+signature; where some cannot (resnet_block: a downsample weight only some configurations have) the
+task still loads and `suite.functional_error` says why. Settings that only feed `Model(...)` (e.g.
+init_method) may be anything: they shape the parameters, which the kernel gets as tensors.
 
 Backward: the kernel gets the forward inputs, the parameters and `grad_out` (the gradient flowing
 into the forward's output) and writes the gradient of every floating input and parameter
@@ -12,55 +20,105 @@ into the forward's output) and writes the gradient of every floating input and p
 """
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import itertools
 import json
 from pathlib import Path
 
 from kfray.errors import TaskError
 from kfray.tasks.package import import_file
-from kfray.tasks.torch_ref import Problem, build_torch_task, need_torch
+from kfray.tasks.suite_spec import RKB, RKB_MODES, RKB_TOLERANCE, RkbConfig, SuiteSpec
+from kfray.tasks.torch_ref import Problem, build_torch_task, kf_forward_error, need_torch
 
-RTOL = ATOL = 1e-3
-KINDS = ("input", "init", "shared")
+RTOL = ATOL = RKB_TOLERANCE
+FILTER_FILE = "filter_results.json"
+SUITE_BUG = "the suite's own bug"       # words `kfray tasks` groups such failures by
 
 
 def is_rkb_dir(path: Path) -> bool:
     return path.is_dir() and (path / "func_forward.py").is_file()
 
 
-def config_combinations(configs: dict, where: str) -> dict[str, tuple[dict, dict]]:
-    """name -> (init settings, input settings) for every distinct combination of the configs."""
+def config_string(init_c: dict, input_c: dict) -> str:
+    """robust-kbench's name of a configuration (ConfigTask.get_configs), character for character."""
+    s = "_".join([f"{k}_{v}" for k, v in init_c.items()] + [f"{k}_{v}" for k, v in input_c.items()])
+    return s.replace(" ", "_").replace(".", "_").replace("-", "_").replace("=", "_")
+
+
+def config_combinations(configs: dict, where: str, mode: str = "single") -> list[RkbConfig]:
+    """The configurations robust-kbench runs in `mode`, in its order, duplicates removed."""
+    if mode not in RKB_MODES:
+        raise TaskError(f"{where}: unknown robust-kbench mode {mode!r} (known: {', '.join(RKB_MODES)})")
+    multi_input, multi_init = mode in ("multi", "multi_input"), mode in ("multi", "multi_init")
+    keys = {"input": f"{'multi' if multi_input else 'single'}_input_configs",
+            "init": f"{'multi' if multi_init else 'single'}_init_configs",
+            "shared": f"{'multi' if multi_input and multi_init else 'single'}_shared_configs"}
     lists = {}
-    for kind in KINDS:
-        seen, items = set(), []
-        for mode in ("single", "multi"):
-            val = configs.get(f"{mode}_{kind}_configs")
-            if val is None:
-                continue
-            if not isinstance(val, list) or not all(isinstance(v, dict) for v in val):
-                raise TaskError(f"{where}: {mode}_{kind}_configs must be a list of objects")
-            for v in val:
-                key = json.dumps(v, sort_keys=True)
-                if key not in seen:
-                    seen.add(key)
-                    items.append(v)
-        lists[kind] = items or [{}]
-    if not any(configs.get(f"{m}_{k}_configs") for m in ("single", "multi") for k in KINDS):
-        raise TaskError(f"{where}: has none of single/multi_input/init/shared_configs")
-    out = {}
+    for kind, key in keys.items():
+        if key not in configs:
+            raise TaskError(f"{where}: mode {mode} needs {key}, which the file lacks")
+        val = configs[key]
+        if not isinstance(val, list) or not all(isinstance(v, dict) for v in val):
+            raise TaskError(f"{where}: {key} must be a list of objects")
+        lists[kind] = val
+    out, seen = [], set()
     for init, inp, shared in itertools.product(lists["init"], lists["input"], lists["shared"]):
         init_c, input_c = {**init, **shared}, {**inp, **shared}
-        merged = {**init_c, **input_c}
-        name = "_".join(f"{k}{v}" for k, v in merged.items()) or "default"
-        name = "".join(ch if ch.isalnum() or ch in "_-" else "_" for ch in name)[:80]
-        base, i = name, 2
-        while name in out:
-            name, i = f"{base}_{i}", i + 1
-        out[name] = (init_c, input_c)
+        key = json.dumps([init_c, input_c], sort_keys=True, default=str)
+        if key not in seen:
+            seen.add(key)
+            out.append(RkbConfig(config_string(init_c, input_c), init_c, input_c))
+    if not out:
+        raise TaskError(f"{where}: mode {mode} has no configurations (an empty {'/'.join(keys.values())} list)")
     return out
 
 
-def load_rkb(path: str | Path, backward: bool = False):
+def shape_names(configs: list[RkbConfig]) -> list[str]:
+    """Shape config names: the suite's config strings ("default" for an empty one), made unique."""
+    out: list[str] = []
+    for c in configs:
+        name, i = c.name or "default", 2
+        while name in out:
+            name, i = f"{c.name or 'default'}_{i}", i + 1
+        out.append(name)
+    return out
+
+
+def flagged(root: Path) -> tuple[str, ...]:
+    """The filter_* flags of the suite's filter_results.json that are true (the suite's own verdict
+    that the task is degenerate: constant output, inputs without effect...); the LLM's text is ignored."""
+    f = root / FILTER_FILE
+    if not f.is_file():
+        return ()
+    try:
+        data = json.loads(f.read_text())
+    except (json.JSONDecodeError, OSError) as e:
+        raise TaskError(f"{f}: not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise TaskError(f"{f}: must be a JSON object")
+    return tuple(k for k, v in data.items() if k.startswith("filter_") and v is True)
+
+
+def suite_bug(fn, settings: dict, call: str, cfg_file: Path) -> str:
+    """Why `fn(**settings)` must raise TypeError for a keyword it does not take ("" if it takes them
+    all): a configuration file that does not fit its own task, which the suite cannot run either."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return ""
+    if any(p.kind == p.VAR_KEYWORD for p in params):
+        return ""
+    names = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    extra = [k for k in settings if k not in names]
+    if not extra:
+        return ""
+    return (f"{cfg_file}: {SUITE_BUG}: it passes {', '.join(extra)} to {call}, which takes no such argument "
+            f"(TypeError: unexpected keyword argument {extra[0]!r}), so robust-kbench cannot run it either")
+
+
+def load_rkb(path: str | Path, backward: bool = False, mode: str = "single"):
+    """The task robust-kbench runs from folder `path` in `mode` (RKB_MODES), forward or backward."""
     root = Path(path)
     direction = "backward" if backward else "forward"
     func = root / f"func_{direction}.py"
@@ -73,43 +131,63 @@ def load_rkb(path: str | Path, backward: bool = False):
         raise TaskError(f"{root}: robust-kbench task without {cfg_file.name}")
     need_torch(str(func))
     try:
-        configs = json.loads(cfg_file.read_text())
+        raw = json.loads(cfg_file.read_text())
     except json.JSONDecodeError as e:
         raise TaskError(f"{cfg_file}: not valid JSON: {e}") from None
-    if not isinstance(configs, dict):
+    if not isinstance(raw, dict):
         raise TaskError(f"{cfg_file}: must be a JSON object")
-    combos = config_combinations(configs, str(cfg_file))
+    combos = config_combinations(raw, str(cfg_file), mode)
+    flags = flagged(root)
     mod = import_file(func, "robust-kbench task")
     for attr in ("Model", "get_inputs"):
         if not hasattr(mod, attr):
             raise TaskError(f"{func}: not a robust-kbench task: it defines no {attr}")
-    names = list(getattr(mod, "input_names", []) or [])
     Model, get_inputs = mod.Model, mod.get_inputs
-    settings = {name: {**init_c, **input_c} for name, (init_c, input_c) in combos.items()}
-    init_of = {json.dumps(settings[n], sort_keys=True, default=str): combos[n][0] for n in combos}
-    input_of = {json.dumps(settings[n], sort_keys=True, default=str): combos[n][1] for n in combos}
-    key = lambda cfg: json.dumps(cfg, sort_keys=True, default=str)
-    size_names = {n: list(combos[n][1]) + [k for k in combos[n][0] if k not in combos[n][1]] for n in combos}
+    for c in combos:
+        why = suite_bug(Model, c.init, "Model()", cfg_file) or suite_bug(get_inputs, c.inputs, "get_inputs()", cfg_file)
+        if why:
+            raise TaskError(why)
 
+    names = shape_names(combos)
+    combos = [dataclasses.replace(c, name=n) for c, n in zip(combos, names)]
+    settings = {c.name: {**c.init, **c.inputs} for c in combos}
+    key = lambda cfg: json.dumps(cfg, sort_keys=True, default=str)
+    of = {key(settings[c.name]): c for c in combos}       # the problem hands make_* the merged settings
+    model_only = {k for c in combos for k in c.init} - {k for c in combos for k in c.inputs}
     problem = Problem(
         where=str(func),
-        make_model=lambda cfg: Model(**init_of[key(cfg)]),
-        make_inputs=lambda cfg: list(get_inputs(**input_of[key(cfg)])),
-        input_names=names, configs=settings, size_names=size_names,
+        make_model=lambda cfg: Model(**of[key(cfg)].init),
+        make_inputs=lambda cfg: list(get_inputs(**of[key(cfg)].inputs)),
+        input_names=list(getattr(mod, "input_names", []) or []), configs=settings,
+        size_names={c.name: list(c.inputs) + [k for k in c.init if k not in c.inputs] for c in combos},
         source_text=func.read_text(), title=root.name)
-    note = (f"Correctness is checked on all {len(combos)} configuration combinations "
+    note = (f"Correctness is checked on the {len(combos)} configurations robust-kbench runs in its {mode} mode "
             f"(init x input x shared settings of {cfg_file.name}).")
     desc = (f"robust-kbench task {root.name} ({direction}): compute exactly what "
             + ("Model.forward computes" if not backward else
                "the backward pass of Model.forward computes: the gradients of the forward inputs and "
                "parameters given grad_out, the gradient flowing into the output")
             + ", as one or more kernels.")
-    if backward:
-        return _backward_task(problem, root, desc, note)
-    return build_torch_task(problem, root.name, desc, RTOL, ATOL, note)
+    info: dict = {}
+    name = (root.name + ("_backward" if backward else "")) + ("" if mode == "single" else f"@{mode}")
+    build = _backward_task if backward else _forward_task
+    task = build(problem, name, desc, note, model_only, info)
+    dropped = info.get("dropped", {})
+    errors = [kf_forward_error(task)]
+    if dropped:
+        errors.append(f"only {len(combos) - len(dropped)} of {len(combos)} configurations fit one kf_forward "
+                      f"signature: {next(iter(dropped.values()))}")
+    task.suite = SuiteSpec(kind=RKB, path=str(root), direction=direction, mode=mode, configs=tuple(combos),
+                           flagged=flags, bytes_needed=max(info.get("bytes", {}).values(), default=0),
+                           functional_error="; ".join(e for e in errors if e))
+    return task
 
 
-def _backward_task(problem: Problem, root: Path, desc: str, note: str):
+def _forward_task(problem: Problem, name: str, desc: str, note: str, model_only, info: dict):
+    return build_torch_task(problem, name, desc, RTOL, ATOL, note, model_only=model_only, trace_info=info)
+
+
+def _backward_task(problem: Problem, name: str, desc: str, note: str, model_only, info: dict):
     """The backward as a functional problem: inputs + params + grad_out -> gradients."""
     torch = need_torch(problem.where)
     base_model, base_inputs = problem.make_model, problem.make_inputs
@@ -162,4 +240,4 @@ def _backward_task(problem: Problem, root: Path, desc: str, note: str):
                  output_names=wrt, param_prefix="inner.")
     desc += (" The outputs grad_* are the gradients of the floating-point inputs and parameters "
              "(the sum over the batch for parameters, as autograd gives them).")
-    return build_torch_task(bw, root.name + "_backward", desc, RTOL, ATOL, note)
+    return build_torch_task(bw, name, desc, RTOL, ATOL, note, model_only=model_only, trace_info=info)

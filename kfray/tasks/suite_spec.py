@@ -50,3 +50,19 @@ class SuiteSpec:
     def binds(self) -> str:
         """The function a suite-form extension kernel must bind."""
         return "backward" if self.direction == "backward" else "forward"
+
+
+def format_gib(n: float) -> str:
+    """Bytes as GiB for messages, e.g. '1.5 GiB', '140 GiB'."""
+    return f"{n / 2**30:.3g} GiB"
+
+
+def over_limit(needed: int, limit: int) -> str | None:
+    """None when `needed` bytes fit in `limit` (device memory or a host limit; 0 or less: no limit),
+    else the message 'needs X GiB, limit Y GiB', so a task too big fails before anything runs."""
+    if limit <= 0 or needed <= limit:
+        return None
+    a, b = format_gib(needed), format_gib(limit)
+    if a == b:                      # just over: the exact figures tell them apart
+        a, b = f"{a} ({needed:,} bytes)", f"{b} ({limit:,} bytes)"
+    return f"needs {a}, limit {b}"

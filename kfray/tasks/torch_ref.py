@@ -279,7 +279,7 @@ def build_torch_task(problem: Problem, name: str, description: str, rtol: float 
             errors[cname] = e
     if not per_cfg:
         raise next(iter(errors.values()))
-    dropped.update({c: str(e).splitlines()[0] for c, e in errors.items()})
+    dropped.update({c: str(e).splitlines()[0].split(": ", 1)[-1] for c, e in errors.items()})
 
     def nbytes(t) -> int:
         total = 0
@@ -292,18 +292,18 @@ def build_torch_task(problem: Problem, name: str, description: str, rtol: float 
         return total
 
     sizes = {c: nbytes(t) for c, t in per_cfg.items()}
-    sig = lambda t: ([(n, d) for n, _, d in t["inputs"]], [(n, d) for n, _, d in t["params"]],
-                     [d for _, _, d in t["outputs"]], t["fixed_pos"])
+    sig = lambda t: ([(n, len(s), d) for n, s, d in t["inputs"]], [(n, len(s), d) for n, s, d in t["params"]],
+                     [(len(s), d) for _, s, d in t["outputs"]], t["fixed_pos"])
     first = per_cfg[next(iter(per_cfg))]
     for cname, tr in list(per_cfg.items()):
         if sig(tr) != sig(first):
             a, b = ({n for n, _, _ in t["inputs"] + t["params"]} for t in (first, tr))
             what = "; ".join(f"{w} {', '.join(sorted(s))}" for w, s in (("adds", b - a), ("drops", a - b)) if s)
-            why = (f"{problem.where}: configuration {cname} changes the model's inputs, parameters, outputs or "
-                   f"their dtypes{f' ({what})' if what else ''}; kfray needs one kernel signature for all configurations")
+            what = what or "changes the ranks or dtypes of its inputs, parameters or outputs"
             if trace_info is None:
-                raise TaskError(why)
-            dropped[cname] = why
+                raise TaskError(f"{problem.where}: configuration {cname} {what}, unlike the first; kfray needs "
+                                f"one kernel signature for all configurations")
+            dropped[cname] = f"its arguments differ from the first configuration's ({what})"
             del per_cfg[cname]
 
     # -- a non-numeric setting a kernel would need to know cannot change across configurations ------
@@ -322,8 +322,9 @@ def build_torch_task(problem: Problem, name: str, description: str, rtol: float 
         if trace_info is None:
             raise TaskError(why)
         for c in have:
-            if repr(problem.configs[c][k]) != repr(problem.configs[have[0]][k]):
-                dropped[c] = why
+            v, v0 = repr(problem.configs[c][k]), repr(problem.configs[have[0]][k])
+            if v != v0:
+                dropped[c] = f"setting {k!r} is {v}, not {v0}, and a kernel cannot be told which"
                 del per_cfg[c]
     cnames = list(per_cfg)
     if trace_info is not None:
@@ -417,7 +418,7 @@ def build_torch_task(problem: Problem, name: str, description: str, rtol: float 
                  + ", ".join(f"{k} ({', '.join(sorted(other[k]))})" for k in varies) + ".")
     if dropped:
         desc += (f" Only {len(cnames)} of {len(problem.configs)} configurations fit this signature; left out: "
-                 + "; ".join(f"{c}: {why.split(': ', 1)[-1]}" for c, why in list(dropped.items())[:3])
+                 + "; ".join(f"{c}: {why}" for c, why in list(dropped.items())[:3])
                  + ("; ..." if len(dropped) > 3 else "") + ".")
     if first["fixed_pos"]:
         desc += " Non-tensor forward inputs (fixed): " + \
@@ -461,6 +462,11 @@ def _build_real(torch, make, limit: int, where: str):
         return make()
 
 
+class _SlowOnMeta(Exception):
+    """A model whose meta-device forward takes seconds (an LSTM of 512 steps: 13 s) where
+    FakeTensorMode takes milliseconds: the trace goes straight to fake tensors."""
+
+
 def _trace(torch, problem: Problem, settings: dict, cname: str) -> dict:
     """Shapes and dtypes of inputs, parameters and outputs of one configuration.
 
@@ -476,6 +482,9 @@ def _trace(torch, problem: Problem, settings: dict, cname: str) -> dict:
         with ctx, torch.no_grad():
             if model is None:
                 model = problem.make_model(settings)
+            if isinstance(ctx, torch.device) and ctx.type == "meta" and \
+                    any(isinstance(m, torch.nn.RNNBase) for m in model.modules()):
+                raise _SlowOnMeta("RNN layers run step by step on the meta device: fake tensors instead")
             inputs = problem.make_inputs(settings)
             if not isinstance(inputs, (list, tuple)):
                 raise TaskError(f"{where}: get_inputs must return a list, got {type(inputs).__name__}")

@@ -2,8 +2,9 @@
 
 A candidate in language `torch_ext` is one C++ (`.cpp`, CPU) or CUDA (`.cu`, GPU) file that does
 `#include <torch/extension.h>` and binds `forward` with
-`PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("forward", &forward); }`. Its calling form and
-checks are in kfray/eval/measure_ext.py.
+`PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("forward", &forward); }` (`backward` for a
+robust-kbench backward task); a `modelnew` candidate is a KernelBench ModelNew file. Both are judged
+on suite tasks by kfray/eval/suite_harness.py: the suite's verdict, kfray's defences on top.
 
 It is compiled straight with g++ / nvcc, not with torch.utils.cpp_extension.load_inline (which
 spends most of a minute on its own machinery), into the content-addressed compile cache, keyed
@@ -282,13 +283,13 @@ class TorchExtCpuBackend(Backend):
         return fn
 
     def run_job(self, fn: Callable, task, job: dict) -> dict:
-        if getattr(task, "suite", None) is not None:
-            from kfray.eval.suite_harness import run_suite_job
+        from kfray.candidate import TIER_RUNTIME_ERROR
+        from kfray.eval.suite_harness import run_suite_job
 
-            return run_suite_job(self, fn, task, job)
-        from kfray.eval.measure_ext import run_ext_job
-
-        return run_ext_job(self, fn, task, job)
+        if getattr(task, "suite", None) is None:
+            return {"tier": TIER_RUNTIME_ERROR, "reason": f"task {task.name} is no suite task: PyTorch-form kernels "
+                    "need a KernelBench or robust-kbench task"}
+        return run_suite_job(self, fn, task, job)
 
     def make_args(self, task, shape: str, rng) -> dict[str, Any]:
         """The task's inputs (and shape-config marker) for one draw; the extension allocates outputs."""
