@@ -1,0 +1,152 @@
+"""Kernels judged the way their suite judges them, through `kfray verify` (compile cache, sandbox):
+KernelBench ModelNew files and robust-kbench extensions, forward and backward, with the suite's
+verdict first and kfray's defences on top, and the figures both ways."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kfray.errors import KfrayError  # noqa: E402
+from kfray.eval.suite_harness import suite_seeds  # noqa: E402
+from kfray.verify import verify  # noqa: E402
+
+DATA = Path(__file__).parent / "data"
+RELU = "kernelbench:" + str(DATA / "kernelbench" / "level1" / "1_Relu.py")
+BOOL = "kernelbench:" + str(DATA / "kernelbench" / "level_fixtures" / "1_Masked_select_bool.py")
+RKB = DATA / "rkb_form" / "linear_relu"
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not on PATH")
+
+MODELNEW = '''import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+{body}
+'''
+BODIES = {
+    "right": "        return torch.clamp_min(x, 0.0)",
+    "tail": "        y = torch.relu(x)\n        y.view(-1)[-5:] = 0.25   # the last elements left wrong\n        return y",
+    "off": "        return torch.relu(x) + 5e-4",
+    "in_place": "        return x.relu_()",
+}
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("suite_cache")
+
+
+def _verify(task: str, kernel: Path, cache: Path, *sets: str):
+    res, backend = verify(task, str(kernel), None, [f"eval.cache_dir={cache}", "eval.suite_perf_trials=10", *sets])
+    return res, backend
+
+
+def _modelnew(tmp_path: Path, name: str) -> Path:
+    p = tmp_path / f"{name}_new.py"
+    p.write_text(MODELNEW.format(body=BODIES[name]))
+    return p
+
+
+def test_the_suites_trial_seeds_are_drawn_after_manual_seed_42():
+    torch.manual_seed(42)
+    want = [int(torch.randint(0, 2**32 - 1, (1,)).item()) for _ in range(5)]
+    assert suite_seeds(5) == want and len(set(want)) == 5
+
+
+def test_a_modelnew_file_gets_kernelbenchs_verdict_and_both_figures(tmp_path, cache):
+    res, backend = _verify(RELU, _modelnew(tmp_path, "right"), cache)
+    assert backend == "torch_ext_cpu"
+    assert res.correct, res.reason
+    suite = res.facts["suite"]
+    assert suite["name"] == "KernelBench" and suite["trials"] == "5/5"
+    assert suite["rtol"] == suite["atol"] == 1e-4
+    assert suite["speedup"] > 0 and res.speedup > 0           # the suite's way and kfray's way
+    assert res.facts["per_shape"]["default"]["samples"] == 10
+
+
+@pytest.mark.parametrize("name,words", [
+    ("tail", ["5 of 8000 elements", "KernelBench's rule"]),
+    ("off", ["8000 of 8000 elements", "max |diff| 0.0005", "KernelBench's rule"]),
+    ("in_place", ["shares memory with input 0", "kfray rule", "KernelBench itself would not reject this"]),
+])
+def test_kernels_the_suite_rejects_are_rejected_and_kfray_says_whose_rule(tmp_path, cache, name, words):
+    res, _ = _verify(RELU, _modelnew(tmp_path, name), cache)
+    assert res.tier == 4
+    for w in words:
+        assert w in res.reason, res.reason
+
+
+def test_a_bool_input_reaches_modelnew_as_a_bool_mask(tmp_path, cache):
+    k = tmp_path / "mask_new.py"
+    k.write_text("import torch\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x, mask):\n"
+                 "        assert mask.dtype == torch.bool\n"
+                 "        return x * mask, x > 0\n")
+    res, _ = _verify(BOOL, k, cache)
+    assert res.correct, res.reason
+
+
+def test_a_problem_larger_than_the_limit_says_what_it_needs_before_anything_runs(tmp_path, cache):
+    with pytest.raises(KfrayError, match=r"needs [\d.]+ GiB, limit 1 GiB .*memory_limit_mb=1024.*nothing was run"):
+        _verify(RELU, _modelnew(tmp_path, "right"), cache, "eval.memory_limit_mb=1024")
+
+
+def test_a_load_inline_modelnew_is_built_into_the_compile_cache_once(tmp_path, cache):
+    if shutil.which("g++") is None:
+        pytest.skip("g++ is not on PATH")
+    k = tmp_path / "inline_new.py"
+    k.write_text('''import torch
+from torch.utils.cpp_extension import load_inline
+
+mod = load_inline(name="kf_relu_inline", functions=["relu_fwd"], cpp_sources="""
+#include <torch/extension.h>
+torch::Tensor relu_fwd(torch::Tensor x) { return torch::clamp_min(x, 0); }
+""")
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return mod.relu_fwd(x)
+''')
+    first, _ = _verify(RELU, k, cache)
+    assert first.correct, first.reason
+    assert not first.facts["compile_cached"]
+    again, _ = _verify(RELU, k, cache)
+    assert again.correct and again.facts["compile_cached"]
+
+
+@needs_gxx
+def test_robust_kbench_forward_extension_is_timed_the_suites_way(cache):
+    res, backend = _verify(f"rkb:{RKB}@multi", RKB / "forward.cpp", cache)
+    assert backend == "torch_ext_cpu"
+    assert res.correct, res.reason
+    suite = res.facts["suite"]
+    assert suite["name"] == "robust-kbench" and suite["configs"] == 8     # 2 x 2 x 2 in multi mode
+    # the suite's figure: the ratio of configuration-averaged mean times
+    rows = res.facts["per_shape"].values()
+    avg = sum(r["ref_mean_ms"] for r in rows) / sum(r["mean_ms"] for r in rows)
+    assert suite["speedup"] == pytest.approx(avg, rel=1e-6)
+
+
+@needs_gxx
+@pytest.mark.parametrize("kernel,correct", [("backward.cpp", True), ("backward_wrong.cpp", False)])
+def test_robust_kbench_backward_kernels_run_through_the_tasks_autograd_function(cache, kernel, correct):
+    res, _ = _verify(f"rkb:{RKB}#backward", RKB / kernel, cache)
+    assert res.correct is correct, res.reason
+    if correct:
+        assert res.facts["suite"]["name"] == "robust-kbench" and res.facts["suite"]["speedup"] > 0
+    else:
+        assert "gradient" in res.reason and "robust-kbench rule" in res.reason
+
+
+@needs_gxx
+def test_a_forward_extension_on_a_backward_task_is_told_what_to_bind(cache):
+    res, _ = _verify(f"rkb:{RKB}#backward", RKB / "forward.cpp", cache)
+    assert res.tier == 2 and "binds no function `backward`" in res.reason
