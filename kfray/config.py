@@ -129,7 +129,7 @@ class RunConfig:
 
 _CHOICES = {
     ("search", "topology"): ("ring", "full", "custom"),
-    ("eval", "backend"): ("cpu", "cuda", "sycl", "sim"),
+    ("eval", "backend"): ("cpu", "cuda", "sycl", "sim", "torch_ext_cpu", "torch_ext_cuda"),
     ("eval", "sycl_form"): ("jit", "aot", "opencl"),
     ("proposer", "kind"): ("offline", "llm"),
     ("search", "target_strategy"): ("mutate", "intensify", "specialize", "balance"),

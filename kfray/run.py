@@ -28,9 +28,11 @@ from kfray.search.island import IslandActor
 from kfray.search.migration import destinations
 from kfray.source import parse_params, source_hash
 from kfray.store import Store
-from kfray.tasks import load_task
+from kfray.tasks import load_task, suite_form
 
-LANGUAGE = {"cpu": "cpp", "cuda": "cuda", "sycl": "sycl_jit", "sim": "cpp"}
+# PyTorch-form backends search suite tasks in the suite's own form (kfray/tasks/suite_form.py).
+LANGUAGE = {"cpu": "cpp", "cuda": "cuda", "sycl": "sycl_jit", "sim": "cpp", "torch_ext_cpu": "suite",
+            "torch_ext_cuda": "suite"}
 # The sycl backend's language follows eval.sycl_form: kernels compiled at run time, whole programs
 # built ahead of time by icpx, or OpenCL C.
 SYCL_FORM_LANGUAGE = {"jit": "sycl_jit", "aot": "sycl", "opencl": "opencl"}
@@ -120,7 +122,7 @@ class Coordinator:
                     e.cache_server = f"{self.name}-compile-cache"
         for n, e in enumerate(self.class_cfgs):
             count = e.evaluators
-            if count == 0 and e.backend == "cuda":
+            if count == 0 and e.backend in ("cuda", "torch_ext_cuda"):
                 count = int(ray.cluster_resources().get("GPU", 0))
             if count < 1:
                 raise KfrayError(f"no evaluators: eval.evaluators is {e.evaluators} and the cluster offers no "
@@ -523,11 +525,17 @@ class Coordinator:
             ok = bool(best_r and best_r.tier == TIER_CORRECT)
             label = best_r.hardware if ok and best_r.hardware in self.by_label else self.classes[0].label
             baseline = st.baselines.get(label, 0.0)
+            suite = getattr(self.tasks[ref], "suite", None)
             if ok:
                 safe = re.sub(r"[^\w.@-]+", "_", ref).strip("_")     # refs may be paths
-                (best_dir / f"{safe}{SUFFIX[best_c.language]}").write_text(
-                    f"// kfray best kernel for {ref}: speedup {best_r.speedup:.3f}x over the reference\n"
-                    f"// params: {json.dumps(best_c.params)}\n" + best_c.source)
+                if best_c.language == "suite" and suite is not None:     # a file the suite takes unchanged
+                    suffix, text = suite_form.best_file(best_c.source, best_c.params, suite,
+                                                        self.by_label[label].cfg.backend)
+                    (best_dir / f"{safe}{suffix}").write_text(text)
+                else:
+                    (best_dir / f"{safe}{SUFFIX[best_c.language]}").write_text(
+                        f"// kfray best kernel for {ref}: speedup {best_r.speedup:.3f}x over the reference\n"
+                        f"// params: {json.dumps(best_c.params)}\n" + best_c.source)
             per_task[ref] = {
                 "correct": ok,
                 "best_speedup_vs_reference": round(best_r.speedup, 4) if ok else 0.0,
@@ -542,6 +550,10 @@ class Coordinator:
                 "correct_count": st.correct,
                 "migrations": st.migration_rounds,
             }
+            figures = best_r.facts.get("suite") if ok and best_r is not None else None
+            if suite is not None and isinstance(figures, dict):      # the suite's own figures of the best
+                per_task[ref]["suite"] = {k: figures[k] for k in ("name", "speedup", "speedup_compile",
+                                                                  "avg_mean_ms", "ref_avg_mean_ms") if k in figures}
         summary = {
             "tasks": per_task,
             "islands": sum(len(st.islands) for st in states.values()),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import shutil
 from argparse import Namespace
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 from kfray.errors import KfrayError
 from kfray.sweep import (cmd_tasks, fast_p, geomean_speedup, markdown, plan, run_sweep, select,
                          suite_summary, task_rows, write_results)
+from kfray.tasks import load_task
 
 DATA = Path(__file__).parent / "data"
 
@@ -27,9 +29,9 @@ RESULTS = [
 
 
 def test_fast_p_against_hand_computed_values():
-    assert fast_p(RESULTS) == {0.0: 4 / 6, 1.0: 2 / 6, 1.5: 2 / 6, 2.0: 1 / 6}
+    assert fast_p(RESULTS) == {0.0: 4 / 6, 0.5: 4 / 6, 0.8: 3 / 6, 1.0: 2 / 6, 1.5: 2 / 6, 2.0: 1 / 6}
     assert fast_p(RESULTS, [0.5, 3.0]) == {0.5: 4 / 6, 3.0: 0.0}
-    assert fast_p([]) == {0.0: 0.0, 1.0: 0.0, 1.5: 0.0, 2.0: 0.0}
+    assert fast_p([]) == {p: 0.0 for p in (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)}
     assert geomean_speedup(RESULTS) == pytest.approx((0.8 * 1.0 * 1.6 * 2.5) ** 0.25)
     assert geomean_speedup([{"correct": False, "speedup": 2}]) == 0.0
 
@@ -42,7 +44,7 @@ def test_tables_from_a_summary(tmp_path):
     rows = task_rows(summary, {"c": "cannot load: float16"})
     assert [r["task"] for r in rows] == ["a", "b", "c"] and rows[2]["status"].startswith("skipped")
     suite = suite_summary(rows)
-    assert suite["fast_p"] == {"0": 1 / 3, "1": 1 / 3, "1.5": 1 / 3, "2": 0.0}
+    assert suite["fast_p"] == {"0": 1 / 3, "0.5": 1 / 3, "0.8": 1 / 3, "1": 1 / 3, "1.5": 1 / 3, "2": 0.0}
     assert suite["geomean_speedup"] == pytest.approx(2.0) and "fast_p_compile" not in suite
     files = write_results(rows, suite, tmp_path, "t")
     with open(files["tasks_csv"]) as f:
@@ -57,6 +59,14 @@ def test_tables_from_a_summary(tmp_path):
     rows[0]["speedup_compile"] = 1.2
     suite = suite_summary(rows)
     assert suite["fast_p_compile"]["1"] == pytest.approx(1 / 3) and "vs torch.compile" in markdown(rows, suite)
+    # a suite's own statistic, when the summary carries it, goes beside kfray's
+    summary["tasks"]["a"]["suite"] = {"name": "KernelBench", "speedup": 0.9}
+    rows = task_rows(summary)
+    suite = suite_summary(rows)
+    assert suite["fast_p_suite"]["0.8"] == pytest.approx(1 / 2) and suite["fast_p_suite"]["1"] == 0.0
+    assert suite["fast_p"]["1"] == pytest.approx(1 / 2)                    # kfray's way: 2.0x
+    md = markdown(rows, suite)
+    assert "KernelBench's way" in md and "kfray's way" in md and "| fast_1 | 0.000 | 0.500 |" in md
 
 
 def test_select_by_name_or_prefix():
@@ -77,6 +87,10 @@ def test_plan_skips_what_cannot_run_with_reasons():
     assert any("offline proposer" in why for why in skipped.values())
     refs, skipped = plan(str(DATA / "kernelbench"), 1, "1_,2_", "cpp", offline=False)
     assert len(refs) == 2 and not skipped
+    # in the suite's own form every problem runs, from its reference module as a ModelNew seed
+    refs, skipped = plan(str(DATA / "kernelbench"), 1, None, "suite", offline=True)
+    assert len(refs) == 5 and not skipped
+    assert "class ModelNew(Model)" in load_task(refs[0]).seeds_for("suite")[0].source
 
 
 def test_tasks_command_lists_loads_and_errors(capsys):
@@ -116,6 +130,30 @@ def test_sweep_of_three_packages_on_two_evaluators(ray_local, tmp_path, tmp_cach
     assert (run / "sweep_tasks.csv").is_file() and (run / "summary.json").is_file()
 
 
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not on PATH")
+def test_sweep_of_two_robust_kbench_tasks_in_the_suites_form_on_two_evaluators(ray_local, tmp_path, tmp_cache):
+    pytest.importorskip("torch")
+    from kfray.config import load_config
+    from kfray.verify import verify
+
+    cfg = load_config(None, ["search.islands=1", "search.budget=2", "eval.evaluators=2", "eval.timeout_s=120",
+                             "eval.backend=torch_ext_cpu", "eval.suite_perf_trials=10"])
+    refs, skipped = plan(str(DATA / "rkb_form"), None, None, "suite", offline=True)
+    assert sorted(r.rsplit("/", 1)[-1] for r in refs) == ["linear_relu", "linear_relu#backward"] and not skipped
+    s = run_sweep(cfg, refs, tmp_path / "sweep", skipped, progress=False, budget_total=4)
+    rows = s["sweep"]["rows"]
+    assert all(r["correct"] and r["suite"] == "robust-kbench" and r["suite_speedup"] > 0 for r in rows), rows
+    suite = s["sweep"]["suite"]
+    assert suite["fast_p_suite"]["0"] == 1.0 and suite["fast_p"]["0"] == 1.0
+    assert "robust-kbench's way" in (tmp_path / "sweep" / "sweep.md").read_text()
+    best = sorted((tmp_path / "sweep" / "best").glob("*.cpp"))
+    assert len(best) == 2
+    for ref in refs:                           # each best kernel is a file the suite's form takes as it is
+        f = next(b for b in best if b.stem.endswith("backward") == ref.endswith("#backward"))
+        res, _ = verify(ref, str(f), None, ["eval.suite_perf_trials=5"])
+        assert res.correct and res.facts["suite"]["name"] == "robust-kbench", res.reason
+
+
 def test_torch_compile_column_and_its_reasons_in_every_output(tmp_path):
     summary = {"tasks": {
         "a": {"correct": True, "best_speedup_vs_reference": 2.0, "best_speedup_vs_compile": 0.5},
@@ -124,7 +162,8 @@ def test_torch_compile_column_and_its_reasons_in_every_output(tmp_path):
         "c": {"correct": False}}}
     rows = task_rows(summary)
     suite = suite_summary(rows)
-    assert suite["fast_p_compile"] == {"0": pytest.approx(2 / 3), "1": 0.0, "1.5": 0.0, "2": 0.0}
+    assert suite["fast_p_compile"] == {"0": pytest.approx(2 / 3), "0.5": 0.0, "0.8": 0.0, "1": 0.0, "1.5": 0.0,
+                                       "2": 0.0}
     budget = {"evaluations": 12, "evaluation_budget": 30, "tokens": 900, "token_budget": 800, "cost": 0.0,
               "cost_budget": 0.0, "llm_calls": 3, "stopped_by": "token budget"}
     files = write_results(rows, suite, tmp_path, "t", budget)

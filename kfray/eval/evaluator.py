@@ -141,7 +141,7 @@ def evaluator_options(backend_name: str, cfg: EvalConfig) -> dict[str, Any]:
 
     opts: dict[str, Any] = {"max_restarts": -1, "max_task_retries": 0, "num_cpus": cfg.num_cpus}
     resources: dict[str, float] = {}
-    if backend_name == "cuda":
+    if backend_name in ("cuda", "torch_ext_cuda"):     # one GPU each; builds ahead in threads
         opts["max_concurrency"] = cfg.compile_workers + 1
         if cfg.accelerator_type:   # e.g. H200: Ray advertises accelerator_type:H200 on such nodes
             resources[f"accelerator_type:{cfg.accelerator_type}"] = 0.001
@@ -149,7 +149,7 @@ def evaluator_options(backend_name: str, cfg: EvalConfig) -> dict[str, Any]:
         from kfray.eval.backends.sycl_runtime import evaluator_resources
         opts["max_concurrency"] = cfg.compile_workers + 1
         resources.update(evaluator_resources(cfg, ray.cluster_resources()) or {})  # sycl_gpu / sycl_cpu
-    num_gpus = cfg.num_gpus if cfg.num_gpus >= 0 else (1 if backend_name == "cuda" else 0)
+    num_gpus = cfg.num_gpus if cfg.num_gpus >= 0 else (1 if backend_name in ("cuda", "torch_ext_cuda") else 0)
     if num_gpus:
         opts["num_gpus"] = num_gpus
     resources.update(cfg.resources)

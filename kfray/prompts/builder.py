@@ -12,7 +12,7 @@ MAX_SOURCE_LINES = 200          # parent / seed source
 MAX_INSPIRATION_LINES = 60
 MAX_PROMPT_CHARS = 24000
 
-_FENCE = {"cpp": "cpp", "cuda": "cuda", "sycl": "cpp", "opencl": "c"}
+_FENCE = {"cpp": "cpp", "cuda": "cuda", "sycl": "cpp", "opencl": "c", "suite": "cuda"}
 _LANG_NAME = {"cpp": "C++ (CPU, OpenMP allowed)", "cuda": "CUDA C++", "sycl": "SYCL C++",
               "opencl": "OpenCL C"}
 
@@ -91,7 +91,10 @@ def user_message(ctx: ProposalContext) -> str:
     if lang in ("sycl_jit", "opencl"):    # run-time compiled kernels: no host code, launches declared
         from kfray.eval.backends.sycl import kernel_contract
         parts.append(_section("Kernel contract", kernel_contract(task, lang)))
-    contract = None if lang in ("sycl_jit", "opencl") else (
+    if lang == "suite":                   # the suite's own form: its contract, not kf_forward's
+        from kfray.tasks.suite_form import contract as suite_contract
+        parts.append(_section("Kernel contract", suite_contract(task)))
+    contract = None if lang in ("sycl_jit", "opencl", "suite") else (
         f"Language: {_LANG_NAME.get(lang, lang)}. Export exactly this entry point and return 0 on success:\n"
         f"```{fence_tag(lang)}\n{task.signature(lang)}\n```\n"
         + ("Host code may launch any number of kernels. " if lang in ("cuda", "sycl") else "")

@@ -24,7 +24,7 @@ from kfray.proposers.base import Proposer, ProposalContext
 from kfray.source import parse_params
 
 META_SECTIONS = ("philosophy", "strategies", "pitfalls", "analysis")
-_CODE_TAGS = {"", "cpp", "c++", "cuda", "cu", "c", "sycl", "opencl", "cl"}
+_CODE_TAGS = {"", "cpp", "c++", "cuda", "cu", "c", "sycl", "opencl", "cl", "python", "py"}
 _FENCE_RE = re.compile(r"^[ \t]*```[ \t]*([\w+.-]*)[^\n]*\n(.*?)^[ \t]*```", re.M | re.S)
 _LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
 _MAX_RETRY_AFTER_S = 30.0
@@ -40,8 +40,9 @@ def extract_code(text: str, language: str) -> str | None:
 
     For OpenCL the entry point is any `__kernel`, for run-time SYCL a `@kf.launch` declaration,
     otherwise `kf_forward`. None when no block fits."""
-    marker = re.compile({"opencl": r"__kernel\b|\bkernel\s+void\b", "sycl_jit": r"@kf\.launch\b"}
-                        .get(language, r"\bkf_forward\b"))
+    marker = re.compile({"opencl": r"__kernel\b|\bkernel\s+void\b", "sycl_jit": r"@kf\.launch\b",
+                         "suite": r"^class\s+ModelNew\b|PYBIND11_MODULE"}
+                        .get(language, r"\bkf_forward\b"), re.M)
     usable = [body for tag, body in fenced_blocks(text) if tag in _CODE_TAGS and marker.search(body)]
     if not usable:
         return None

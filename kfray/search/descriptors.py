@@ -119,7 +119,15 @@ def strip_comments(source: str) -> str:
     return _COMMENT.sub(lambda m: m.group(1) or "\n" * m.group(0).count("\n"), source)
 
 
+def _suite_language(source: str) -> str:
+    """Suite-form kernels (a PyTorch extension or a ModelNew file with CUDA sources inside) are
+    described by the CUDA tables when they hold CUDA kernels, else by the C++ ones."""
+    return "cuda" if "__global__" in source else "cpp"
+
+
 def _table(language: str) -> dict:
+    if language == "suite":
+        language = "cuda"
     if language not in TABLES:
         raise ValueError(f"unknown kernel language {language!r}; expected one of {sorted(TABLES)}")
     return TABLES[language]
@@ -129,6 +137,8 @@ def _table(language: str) -> dict:
 def describe(source: str, language: str) -> tuple[int, int, int]:
     """The (memory, compute, parallelism) cell of `source`, each level in 0..LEVELS-1.
     Cached: most children only change parameters, so the same source is described again and again."""
+    if language == "suite":
+        language = _suite_language(source)
     table, code = _table(language), strip_comments(source)
 
     def level(dim: str) -> int:
@@ -210,4 +220,4 @@ def step_directive(dim: str, level: int, language: str) -> str:
     """A short imperative asking a proposer to move a kernel to `level` on `dim`."""
     _check(dim, level)
     _table(language)
-    return _LEVEL0[dim] if level == 0 else _STEPS[language][dim][level - 1]
+    return _LEVEL0[dim] if level == 0 else _STEPS["cuda" if language == "suite" else language][dim][level - 1]

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from kfray.errors import TaskError
+from kfray.tasks import suite_form
 from kfray.tasks.base import Tensor
 from kfray.tasks.package import import_file
 from kfray.tasks.suite_spec import KB_TOLERANCE, KERNELBENCH, SuiteSpec
@@ -89,6 +90,7 @@ def load_kernelbench(path: str | Path):
     task.rtol, task.atol = max(RTOL, tol), max(ATOL, tol)
     task.suite = SuiteSpec(kind=KERNELBENCH, path=str(path), rtol=tol, atol=tol, bytes_needed=tensor_bytes(task),
                            functional_error=kf_forward_error(task))
+    task.seeds = suite_form.seeds(task.suite)
     return task
 
 

@@ -27,6 +27,7 @@ import json
 from pathlib import Path
 
 from kfray.errors import TaskError
+from kfray.tasks import suite_form
 from kfray.tasks.package import import_file
 from kfray.tasks.suite_spec import RKB, RKB_MODES, RKB_TOLERANCE, RkbConfig, SuiteSpec
 from kfray.tasks.torch_ref import Problem, build_torch_task, kf_forward_error, need_torch
@@ -180,6 +181,7 @@ def load_rkb(path: str | Path, backward: bool = False, mode: str = "single"):
     task.suite = SuiteSpec(kind=RKB, path=str(root), direction=direction, mode=mode, configs=tuple(combos),
                            flagged=flags, bytes_needed=max(info.get("bytes", {}).values(), default=0),
                            functional_error="; ".join(e for e in errors if e))
+    task.seeds = suite_form.seeds(task.suite)
     return task
 
 

@@ -1,0 +1,70 @@
+"""The suites' own kernel form, for searching suite tasks as the suites run them (language `suite`):
+robust-kbench takes a PyTorch extension (`.cu`, `.cpp` on the CPU) binding `forward`, or `backward`
+for a backward task; KernelBench takes a Python file defining `ModelNew`. Here: the seed kernels a
+search starts from, the contract a proposer is told, and the file a search's best kernel is
+written as, which the suite's own harness takes unchanged.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from kfray.tasks.base import Seed
+from kfray.tasks.suite_spec import KERNELBENCH, RKB, SuiteSpec
+
+LANGUAGE = "suite"
+
+
+def modelnew_of_problem(problem_source: str) -> str:
+    """A ModelNew file that is the problem's own Model (the reference operator): correct by
+    construction, the baseline a KernelBench search improves on."""
+    return (problem_source.rstrip() + "\n\n\n"
+            "class ModelNew(Model):\n"
+            '    """The reference operator itself: the starting point for custom kernels."""\n')
+
+
+def seeds(spec: SuiteSpec) -> list[Seed]:
+    """KernelBench: the reference module as ModelNew. robust-kbench: the kernels the task folder
+    ships (`forward.cu` / `backward.cu`, or `.cpp`), which the suite keeps as its correct kernel."""
+    if spec.kind == KERNELBENCH:
+        return [Seed("reference_module", LANGUAGE, modelnew_of_problem(Path(spec.path).read_text()))]
+    out = []
+    if spec.kind == RKB:
+        for suffix in (".cu", ".cpp"):
+            f = Path(spec.path) / f"{spec.direction}{suffix}"
+            if f.is_file() and "torch/extension.h" in f.read_text(errors="replace"):
+                out.append(Seed(f"suite_{spec.direction}{suffix.replace('.', '_')}", LANGUAGE, f.read_text()))
+    return out
+
+
+def contract(task) -> str:
+    """What a proposer must write for a suite task, in the suite's words."""
+    spec: SuiteSpec = task.suite
+    if spec.kind == KERNELBENCH:
+        return ("Write one complete Python file that defines `class ModelNew(nn.Module)`, taking the same "
+                "`__init__` arguments as `Model` and returning from `forward` exactly what `Model.forward` "
+                "returns (same shapes and dtypes). Replace PyTorch operators with custom kernels built by "
+                "`torch.utils.cpp_extension.load_inline` (CUDA sources for the GPU). This is the file "
+                "KernelBench's own harness evaluates: it builds ModelNew after `set_seed(42)` like Model, "
+                f"checks {spec.trials} trials with `torch.allclose(atol=rtol={spec.atol:g})` and times "
+                "`ModelNew(*init)(*inputs)` with CUDA events. Answer with the whole file in one ```python block.")
+    bind = spec.binds
+    how = ("`Model.forward(*inputs, fn=forward)`: `forward` receives exactly what `Model.forward` passes to "
+           "`fn` (tensors, numbers, None) and returns the output tensor" if bind == "forward" else
+           "`AutogradFunction.backward_fn`: the task's `AutogradFunction.backward` calls `backward` with the "
+           "arguments shown in its source and expects the gradients it returns; robust-kbench then compares "
+           "the `.grad` of every parameter and input")
+    return (f"Write one complete PyTorch C++/CUDA extension source (`.cu`) that includes <torch/extension.h> and "
+            f'binds `{bind}` with `PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{ m.def("{bind}", &{bind}); }}`. '
+            f"robust-kbench builds it with nvcc -O3 --use_fast_math and calls it through {how}. Launch every "
+            "kernel on `at::cuda::getCurrentCUDAStream()`. Correct means `torch.allclose(atol=rtol="
+            f"{spec.atol:g})` on {spec.trials} trials of every configuration. Answer with the whole file in "
+            "one ```cuda block.")
+
+
+def best_file(source: str, params: dict, spec: SuiteSpec, backend: str) -> tuple[str, str]:
+    """(file suffix, text) of a best kernel as the suite takes it: tunables baked in as #defines
+    ahead of the source (an extension) so that the file builds without kfray's -D flags."""
+    if spec.kind == KERNELBENCH:
+        return ".py", source
+    defines = "".join(f"#define {k} {v}\n" for k, v in (params or {}).items())
+    return (".cu" if "cuda" in backend else ".cpp"), defines + source
