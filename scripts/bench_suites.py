@@ -112,7 +112,9 @@ def cmd_kb(args) -> list[dict]:
             tasks.append((p, t, int(getattr(t.suite, "bytes_needed", 0) or 0)))
         except Exception as e:
             print(f"{p.name}: does not load: {e}", flush=True)
-    if args.limit and len(tasks) > args.limit:     # spread over the sizes, the largest included
+    if args.largest:                               # peak memory where it matters: the largest problems
+        tasks = sorted(tasks, key=lambda x: x[2])[-args.largest:]
+    elif args.limit and len(tasks) > args.limit:     # spread over the sizes, the largest included
         by = sorted(tasks, key=lambda x: x[2])
         step = (len(by) - 1) / (args.limit - 1)
         tasks = sorted({id(by[round(i * step)]): by[round(i * step)] for i in range(args.limit)}.values(),
@@ -178,6 +180,7 @@ def main(argv=None) -> int:
     k.add_argument("--root", required=True)
     k.add_argument("--limit", type=int, default=0)
     k.add_argument("--budget-s", type=float, default=0.0)
+    k.add_argument("--largest", type=int, default=0, help="only the N largest problems")
     for x in (r, k):
         x.add_argument("--out", default="")
         x.add_argument("--backend", default="torch_ext_cuda")
