@@ -57,7 +57,9 @@ def task_rows(summary: dict, skipped: dict[str, str] | None = None) -> list[dict
             "task": ref, "status": "ok" if s.get("correct") else "no correct kernel",
             "correct": bool(s.get("correct")),
             "speedup": float(s.get("best_speedup_vs_reference") or 0.0),
-            "speedup_compile": s.get("best_speedup_vs_compile"), "compile_note": s.get("compile_note") or "",
+            "speedup_compile": ((s.get("suite") or {}).get("speedup_compile") if s.get("suite")
+                                else s.get("best_speedup_vs_compile")),
+            "compile_note": s.get("compile_note") or "",
             "speedup_vs_seed": float(s.get("best_speedup_vs_seed") or 0.0),
             "evaluated": int(s.get("evaluated", 0)), "correct_count": int(s.get("correct_count", 0)),
             "best_candidate": s.get("best_candidate") or "",
