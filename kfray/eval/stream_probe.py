@@ -34,11 +34,11 @@ def probe_case(backend, judge, case) -> str | None:
         backend._suite_hold = hold if hold is not None else False
     if not hold:
         return None
-    from kfray.eval.suite_harness import (SUITE_SEED, _device_ctx, _outputs, _tensors, _to, _to_module,
+    from kfray.eval.suite_harness import (SUITE_SEED, _making, _outputs, _tensors, _to, _to_module,
                                           set_seed)
 
     dev = backend.device
-    with torch.no_grad(), _device_ctx(dev):
+    with torch.no_grad(), _making(judge.spec, dev):
         set_seed(SUITE_SEED)
         xs = _to(case.make_inputs(), dev)
         set_seed(SUITE_SEED)

@@ -25,7 +25,7 @@ ratios), against eager PyTorch timed alongside, and torch.compile when asked.
 """
 from __future__ import annotations
 
-import copy
+import contextlib
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -173,12 +173,15 @@ class Case:
     call_new: Callable[[Any, list], Any]
 
 
-def _device_ctx(device: str):
-    """Factory functions allocate on the device: inputs and models are made there, not copied
-    from the host (full-size KernelBench problems hold many GiB)."""
+def _making(spec: SuiteSpec, device: str):
+    """Where inputs and models are made, so that their random values relate as in the suite.
+    KernelBench: on the device (its full-size problems hold many GiB; its seeds give the model
+    and the inputs separate streams either way). robust-kbench: on the host, then moved, as the
+    suite does: its inputs and models share a seed on the host generator while `grad_output`
+    comes from the device's, and a kernel is judged on inputs related exactly that way."""
     import torch
 
-    return torch.device(device)
+    return torch.device(device) if spec.kind == KERNELBENCH else contextlib.nullcontext()
 
 
 class RkbRunner:
@@ -331,7 +334,7 @@ class Judge:
         import torch
 
         sp, tag = self.spec, f"configuration {case.name}, {'kfray fresh-input' if fresh else 'suite'} trial seed {seed}"
-        with torch.no_grad(), _device_ctx(self.device):
+        with torch.no_grad(), _making(sp, self.device):
             set_seed(seed)
             xs = _to(case.make_inputs(), self.device)
             if sp.kind == RKB:
@@ -398,7 +401,7 @@ class Judge:
         import torch
 
         sp, tag = self.spec, f"configuration {case.name}, {'kfray fresh-input' if fresh else 'suite'} trial seed {seed}"
-        with _device_ctx(self.device):
+        with _making(sp, self.device):
             set_seed(seed)
             xs_ref = _to(case.make_inputs(), self.device)
             set_seed(seed)
@@ -528,7 +531,7 @@ def _time_case(judge: Judge, clock: Clock, case: Case, seed: int, side: str, war
     import torch
 
     sp, dev = judge.spec, judge.device
-    with _device_ctx(dev):
+    with _making(sp, dev):
         set_seed(seed)
         xs = _to(case.make_inputs(), dev)
         set_seed(seed)
