@@ -150,3 +150,43 @@ def test_robust_kbench_backward_kernels_run_through_the_tasks_autograd_function(
 def test_a_forward_extension_on_a_backward_task_is_told_what_to_bind(cache):
     res, _ = _verify(f"rkb:{RKB}#backward", RKB / "forward.cpp", cache)
     assert res.tier == 2 and "binds no function `backward`" in res.reason
+
+
+LLM_MODELNEW = '''import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    """ReLU as one clamp."""
+
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.clamp_min(x, 0.0)
+'''
+
+
+def test_an_llm_search_evolves_a_kernelbench_task_in_kernelbenchs_form(ray_local, tmp_path, tmp_cache):
+    """The search proposes ModelNew files (the model answers in KernelBench's form, told its contract),
+    judges them the suite's way, and writes the best as a ModelNew file the suite's form takes."""
+    from kfray.config import load_config
+    from kfray.run import run_search
+    from llm_server import ScriptedServer
+
+    answer = f"A single clamp replaces the ReLU.\n\n```python\n{LLM_MODELNEW}```\n"
+    with ScriptedServer([answer]) as srv:
+        cfg = load_config(None, [f"tasks=[{RELU}]", "search.islands=1", "search.budget=3", "search.batch=1",
+                                 "eval.evaluators=1", "eval.backend=torch_ext_cpu", "eval.suite_perf_trials=10",
+                                 "eval.timeout_s=120", f"eval.cache_dir={tmp_cache}", "proposer.kind=llm",
+                                 f"proposer.base_url={srv.base_url}", "proposer.api_key_env=KFRAY_TEST_NO_KEY",
+                                 "proposer.model=test-model", "proposer.max_retries=0"])
+        summary = run_search(cfg, tmp_path / "run", progress=False)
+        prompts = [m["content"] for r in srv.requests for m in r["messages"]]
+    s = summary["tasks"][RELU]
+    assert s["correct"] and s["evaluated"] >= 2 and s["suite"]["name"] == "KernelBench" and s["suite"]["speedup"] > 0
+    assert any("class ModelNew(nn.Module)" in p and "KernelBench's own harness" in p for p in prompts)
+    best = list((tmp_path / "run" / "best").glob("*.py"))
+    assert len(best) == 1 and "class ModelNew" in best[0].read_text()
+    res, _ = verify(RELU, str(best[0]), None, [f"eval.cache_dir={tmp_cache}", "eval.suite_perf_trials=5"])
+    assert res.correct, res.reason

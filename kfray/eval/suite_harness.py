@@ -507,11 +507,14 @@ class Clock:
 
     def samples(self, call: Callable[[], Any], warmup: int, trials: int, before: Callable[[], Any] | None = None,
                 budget_s: float = 0.0) -> list[float]:
+        t0 = time.perf_counter()
         for _ in range(warmup):
             if before:
                 before()
             call()
             self.backend.synchronize()
+            if budget_s and time.perf_counter() - t0 > budget_s / 4:
+                break                     # a slow problem: warm, and the budget is for samples
         out: list[float] = []
         start = time.perf_counter()
         for _ in range(trials):
