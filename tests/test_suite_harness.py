@@ -190,3 +190,29 @@ def test_an_llm_search_evolves_a_kernelbench_task_in_kernelbenchs_form(ray_local
     assert len(best) == 1 and "class ModelNew" in best[0].read_text()
     res, _ = verify(RELU, str(best[0]), None, [f"eval.cache_dir={tmp_cache}", "eval.suite_perf_trials=5"])
     assert res.correct, res.reason
+
+
+KF_RELU = '''#include <cstdint>
+extern "C" int kf_forward(const float* x, float* out, int64_t batch, int64_t features) {
+    const int64_t n = batch * features;
+    for (int64_t i = 0; i < n; ++i) out[i] = x[i] > 0.f ? x[i] : 0.f;
+    TAIL
+    return 0;
+}
+'''
+
+
+@pytest.mark.parametrize("tail,correct", [("", True), ("for (int64_t i = n - 5; i < n; ++i) out[i] = 0.25f;", False),
+                                          ("for (int64_t i = 0; i < n; ++i) out[i] += 5e-4f;", False)])
+def test_kf_forward_kernels_on_a_kernelbench_task_are_held_to_its_rule_too(tmp_path, cache, tail, correct):
+    """kfray's own 99 %-within rule would let a tail bug or an error of 5e-4 pass; on a suite's task
+    every element must be within the suite's tolerance."""
+    if shutil.which("g++") is None:
+        pytest.skip("g++ is not on PATH")
+    k = tmp_path / "relu.cpp"
+    k.write_text(KF_RELU.replace("TAIL", tail))
+    res, backend = _verify(RELU, k, cache)
+    assert backend == "cpu"
+    assert res.correct is correct, res.reason
+    if not correct:
+        assert "the suite's rule: allclose over every element" in res.reason and "atol=0.0001" in res.reason

@@ -70,10 +70,21 @@ def _host(a) -> np.ndarray:
     return np.asarray(a)
 
 
-def compare(name: str, got, want, rtol: float, atol: float, poison: float | None = None) -> str | None:
+def tolerance(task) -> tuple[float, float, bool]:
+    """(rtol, atol, every element) for a task: a suite's task is held to the suite's own rule,
+    allclose over every element at its tolerance, before kfray's rules; other tasks to kfray's."""
+    suite = getattr(task, "suite", None)
+    if suite is not None:
+        return suite.rtol, suite.atol, True
+    return task.rtol, task.atol, False
+
+
+def compare(name: str, got, want, rtol: float, atol: float, poison: float | None = None,
+            every: bool = False) -> str | None:
     """None when `got` matches `want`; otherwise a short reason for the prompt.
 
-    `poison`: the magnitude of the finite poison written into the output before the call, if any."""
+    `poison`: the magnitude of the finite poison written into the output before the call, if any.
+    `every`: the suites' rule first: every element within atol + rtol * |ref| (torch.allclose)."""
     if tuple(got.shape) != tuple(want.shape):
         return f"output {name} has shape {tuple(got.shape)}, expected {tuple(want.shape)}"
     xp = _xp(got)
@@ -89,6 +100,12 @@ def compare(name: str, got, want, rtol: float, atol: float, poison: float | None
                     f"before the call ({poison:.3g}): never written, or combined with what was there "
                     f"(y[i] += ..., y[i] = max(y[i], ...)); compute every output element from the inputs alone")
     close = xp.abs(g - w) <= atol + rtol * xp.abs(w)
+    if every and not bool((close | (xp.isnan(g) & xp.isnan(w))).all()):
+        bad = int(xp.argmax(~close))
+        return (f"output {name}: {int((~close).sum())} of {g.size} elements outside atol={atol:g} + rtol={rtol:g}*|ref| "
+                f"(the suite's rule: allclose over every element); max abs error "
+                f"{float(xp.nanmax(xp.abs(g - w))):.3g}; first bad index {bad}: got {float(g[bad]):.6g}, "
+                f"expected {float(w[bad]):.6g}")
     frac = float(close.mean()) if g.size else 1.0
     denom = float(xp.linalg.norm(g)) * float(xp.linalg.norm(w))
     cos = float(g @ w) / denom if denom > 0 else (1.0 if bool(xp.allclose(g, w)) else 0.0)
@@ -221,7 +238,7 @@ def _judge(backend, task, shape: str, args: dict, dev: dict, rc, call_s: float,
     # The reference runs now, after the kernel: its outputs never exist while the kernel runs.
     expected = backend.reference(task, args)
     for n in out_names:
-        why = compare(n, snaps[n], expected[n], task.rtol, task.atol, poison)
+        why = compare(n, snaps[n], expected[n], *tolerance(task)[:2], poison, every=tolerance(task)[2])
         if why:
             tier = TIER_WRONG_SHAPE if "has shape" in why else TIER_WRONG_VALUES
             return tier, f"shape {shape}: {why}", {}
@@ -348,7 +365,8 @@ def _verify_sets(backend, task, shape: str, hosts: list, sets: list, spots: _Spo
         c, w, f = spots.verify(i, expected, task.rtol, task.atol)
         checked, wrong, first = checked + c, wrong + w, first or f
         for o in task.outputs:
-            why = None if mismatch else compare(o.name, d[o.name], expected[o.name], task.rtol, task.atol)
+            rtol, atol, every = tolerance(task)
+            why = None if mismatch else compare(o.name, d[o.name], expected[o.name], rtol, atol, every=every)
             if why:
                 mismatch = (TIER_WRONG_VALUES, f"shape {shape}, after the timed runs (input set {i}): {why}; the "
                             "kernel must compute its outputs on every call, timed or not")
