@@ -80,6 +80,8 @@ class EvalConfig:
                                      # KernelBench 100, robust-kbench 1000)
     suite_time_budget_s: float = 0.0 # suite tasks: stop a side's timing after this long (at least 5
                                      # samples; 0: no limit), for problems of many milliseconds
+    suite_baseline: str = ""         # KernelBench tasks: its published baseline_time_torch*.json, for a
+                                     # speedup against KernelBench's own eager time as well
     suite_flags: bool = True         # suite tasks: build with the suite's own flags (robust-kbench:
                                      # nvcc --use_fast_math)
     max_roofline_fraction: float = 1.5   # flag (and never trust) a speedup above this x the device's

@@ -95,6 +95,10 @@ def _format_suite(res: EvalResult, suite: dict, backend: str, kernel: str, task_
                          f"({row['samples']} samples); medians {row['median_ms']:.4f} / {row['ref_median_ms']:.4f} ms")
         lines.append(f"  speedup   {suite.get('speedup', 0.0):.3f}x {name}'s way ({suite.get('statistic', '')}, "
                      "against eager PyTorch)")
+        pub = suite.get("published")
+        if pub:
+            lines.append(f"            {pub['speedup']:.3f}x against KernelBench's published eager time "
+                         f"({pub['mean_ms']:.4g} ms on {pub['hardware'] or 'its hardware'})")
         if "speedup_compile" in suite:
             lines.append(f"            {suite['speedup_compile']:.3f}x against torch.compile (max-autotune)")
         elif suite.get("compile_note"):

@@ -72,6 +72,15 @@ def test_a_modelnew_file_gets_kernelbenchs_verdict_and_both_figures(tmp_path, ca
     assert res.facts["per_shape"]["default"]["samples"] == 10
 
 
+def test_kernelbenchs_published_baseline_gives_a_speedup_against_its_own_time(tmp_path, cache):
+    base = tmp_path / "baseline_time_torch.json"
+    base.write_text('{"level1": {"1_Relu.py": {"mean": 0.5, "std": 0.01, "hardware": "NVIDIA H100 80GB HBM3"}}}')
+    res, _ = _verify(RELU, _modelnew(tmp_path, "right"), cache, f"eval.suite_baseline={base}")
+    pub = res.facts["suite"]["published"]
+    assert pub["mean_ms"] == 0.5 and pub["hardware"] == "NVIDIA H100 80GB HBM3"
+    assert pub["speedup"] == pytest.approx(0.5 / res.facts["suite"]["avg_mean_ms"])
+
+
 @pytest.mark.parametrize("name,words", [
     ("tail", ["5 of 8000 elements", "KernelBench's rule"]),
     ("off", ["8000 of 8000 elements", "max |diff| 0.0005", "KernelBench's rule"]),

@@ -93,6 +93,7 @@ class Evaluator:
         if out.get("recycled"):
             res.facts["sandbox_recycled"] = True
         _add_peak_fractions(res.facts, self.backend.device_facts())
+        _add_published_baseline(res.facts, task, self.cfg)
         return res.to_dict()
 
     def _timeout(self, job: dict, task) -> float:
@@ -133,6 +134,19 @@ def _add_peak_fractions(facts: dict, device: dict) -> None:
             shape["fraction_of_copy_bw"] = shape["gbps"] / bw
         if rate and "gflops" in shape:
             shape["fraction_of_fp32_peak"] = shape["gflops"] / rate
+
+
+def _add_published_baseline(facts: dict, task, cfg: EvalConfig) -> None:
+    """With eval.suite_baseline, a KernelBench result's speedup against KernelBench's published time."""
+    suite, figures = getattr(task, "suite", None), facts.get("suite")
+    if not cfg.suite_baseline or suite is None or suite.kind != "kernelbench" or not isinstance(figures, dict) \
+            or not figures.get("avg_mean_ms"):
+        return
+    from kfray.tasks.kb_baseline import published_baseline
+
+    base = published_baseline(cfg.suite_baseline, suite.path)
+    if base:
+        figures["published"] = {**base, "speedup": base["mean_ms"] / figures["avg_mean_ms"]}
 
 
 def evaluator_options(backend_name: str, cfg: EvalConfig) -> dict[str, Any]:
