@@ -5,7 +5,7 @@ backend (kfray.eval.backends.torch_ext.backend_for): a KernelBench `ModelNew` fi
 PyTorch extension (`.cpp` / `.cu` that includes torch/extension.h, binding `forward`, or
 `backward` for a robust-kbench backward task) or a kf_forward kernel (`.cpp` / `.cu`). The kernel
 runs in the sandbox like any candidate; on a suite's task the verdict is the suite's, with kfray's
-defences on top (kfray/eval/suite_harness.py). The result is printed, not stored.
+defences on top (kfray/eval/suite/). The result is printed, not stored.
 """
 from __future__ import annotations
 
@@ -105,5 +105,5 @@ def _format_suite(res: EvalResult, suite: dict, backend: str, kernel: str, task_
             lines.append(f"            torch.compile: {suite['compile_note']}")
         lines.append(f"            {res.speedup:.3f}x kfray's way (geometric mean over {len(res.times)} "
                      "configurations of median-time ratios)")
-        lines.append(f"  stages    " + ", ".join(f"{k} {v:.1f} s" for k, v in res.stage_seconds.items()))
+        lines.append("  stages    " + ", ".join(f"{k} {v:.1f} s" for k, v in res.stage_seconds.items()))
     return "\n".join(lines)

@@ -74,7 +74,7 @@ def cmd_rkb(args) -> list[dict]:
         ref = f"rkb:{root / 'tasks' / task}" + ("#backward" if direction == "backward" else "")
         jobs.append((ref, path.read_text()))
     t0 = time.perf_counter()
-    compiled = _compile_all(ev, list(dict(((r + str(i)), (r, s)) for i, (r, s) in enumerate(jobs)).values()),
+    _compile_all(ev, list(dict(((r + str(i)), (r, s)) for i, (r, s) in enumerate(jobs)).values()),
                             args.workers)
     print(f"compiled {len(jobs)} kernels in {time.perf_counter() - t0:.0f} s", flush=True)
     for (task, direction, path), (ref, src) in zip(kernels, jobs):
@@ -123,7 +123,7 @@ def cmd_kb(args) -> list[dict]:
     srcs = {str(p): p.read_text() + "\n\nModelNew = Model   # the reference operator: correct by construction\n"
             for p, _, _ in tasks}
     t0 = time.perf_counter()
-    comp = _compile_all(ev, [(f"kernelbench:{p}", srcs[str(p)]) for p, _, _ in tasks], args.workers)
+    _compile_all(ev, [(f"kernelbench:{p}", srcs[str(p)]) for p, _, _ in tasks], args.workers)
     print(f"built {len(tasks)} ModelNew files in {time.perf_counter() - t0:.0f} s", flush=True)
     rows, start = [], time.perf_counter()
     for p, t, nbytes in tasks:

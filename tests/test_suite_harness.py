@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from kfray.errors import KfrayError  # noqa: E402
-from kfray.eval.suite_harness import suite_seeds  # noqa: E402
+from kfray.eval.suite import suite_seeds  # noqa: E402
 from kfray.verify import verify  # noqa: E402
 
 DATA = Path(__file__).parent / "data"

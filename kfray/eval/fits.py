@@ -2,7 +2,7 @@
 problem too large for the device, or for the sandbox's memory limit, is refused with what it needs
 and is never charged to a kernel.
 
-The suite harness (kfray/eval/suite_harness.py) holds a configuration's inputs and parameters, a
+The suite harness (kfray/eval/suite/) holds a configuration's inputs and parameters, a
 snapshot of them (the inputs-unchanged check), and both sides' outputs: about three times the
 task's bytes (inputs + parameters + outputs) at its peak.
 """

@@ -1,5 +1,5 @@
 """How a public suite itself runs one of its tasks: what kfray needs to judge a kernel the suite's
-way (kfray/eval/suite_harness.py) rather than by its own rules.
+way (kfray/eval/suite/) rather than by its own rules.
 
 A TorchTask loaded from a suite's files carries one `SuiteSpec` (`task.suite`); built-in tasks and
 task packages carry none. The spec is plain data, so a worker process rebuilds it from the task ref.

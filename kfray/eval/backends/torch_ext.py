@@ -4,7 +4,7 @@ A candidate in language `torch_ext` is one C++ (`.cpp`, CPU) or CUDA (`.cu`, GPU
 `#include <torch/extension.h>` and binds `forward` with
 `PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("forward", &forward); }` (`backward` for a
 robust-kbench backward task); a `modelnew` candidate is a KernelBench ModelNew file. Both are judged
-on suite tasks by kfray/eval/suite_harness.py: the suite's verdict, kfray's defences on top.
+on suite tasks by kfray/eval/suite/: the suite's verdict, kfray's defences on top.
 
 It is compiled straight with g++ / nvcc, not with torch.utils.cpp_extension.load_inline (which
 spends most of a minute on its own machinery), into the content-addressed compile cache, keyed
@@ -284,7 +284,7 @@ class TorchExtCpuBackend(Backend):
 
     def run_job(self, fn: Callable, task, job: dict) -> dict:
         from kfray.candidate import TIER_RUNTIME_ERROR
-        from kfray.eval.suite_harness import run_suite_job
+        from kfray.eval.suite import run_suite_job
 
         if getattr(task, "suite", None) is None:
             return {"tier": TIER_RUNTIME_ERROR, "reason": f"task {task.name} is no suite task: PyTorch-form kernels "

@@ -34,18 +34,18 @@ def probe_case(backend, judge, case) -> str | None:
         backend._suite_hold = hold if hold is not None else False
     if not hold:
         return None
-    from kfray.eval.suite_harness import (SUITE_SEED, _making, _outputs, _tensors, _to, _to_module,
-                                          set_seed)
+    from kfray.eval.suite.common import (SUITE_SEED, making, outputs, set_seed, tensors, to_device,
+                                         to_module)
 
     dev = backend.device
-    with torch.no_grad(), _making(judge.spec, dev):
+    with torch.no_grad(), making(judge.spec, dev):
         set_seed(SUITE_SEED)
-        xs = _to(case.make_inputs(), dev)
+        xs = to_device(case.make_inputs(), dev)
         set_seed(SUITE_SEED)
-        model = _to_module(case.make_new(), dev)
-        first = [o.clone() for o in _outputs(case.call_new(model, xs), "the kernel")]
+        model = to_module(case.make_new(), dev)
+        first = [o.clone() for o in outputs(case.call_new(model, xs), "the kernel")]
         torch.cuda.synchronize()
-        floats = [x for x in _tensors(xs) if x.is_floating_point()]
+        floats = [x for x in tensors(xs) if x.is_floating_point()]
         if not floats:
             return None
         saved = [x.clone() for x in floats]
@@ -64,7 +64,7 @@ def probe_case(backend, judge, case) -> str | None:
         torch.cuda.synchronize()
         if hold.timed_out():
             return None
-        got = _outputs(out, "the kernel")
+        got = outputs(out, "the kernel")
         for a, b in zip(first, got):
             if a.shape != b.shape or not torch.allclose(torch.nan_to_num(a), torch.nan_to_num(b),
                                                         rtol=judge.spec.rtol, atol=judge.spec.atol):

@@ -1,0 +1,158 @@
+"""What both suites' harnesses share: their seeds, the failed-check exception, tensor helpers, and
+where inputs and models are made."""
+from __future__ import annotations
+
+import contextlib
+
+from kfray.candidate import TIER_WRONG_SHAPE
+from kfray.tasks.suite_spec import KERNELBENCH, RKB, SUITE_SEED, SuiteSpec
+
+KB_PERF_TRIALS, KB_WARMUP = 100, 3          # KernelBench timing.py: cuda-event trials, warm-ups
+RKB_PERF_TRIALS, RKB_WARMUP = 1000, 25       # robust-kbench run_kernel.py: --rep_time, --warmup_time
+L2_FLUSH_BYTES = 256 << 20                   # KernelBench's clear_l2_cache: a 256 MB write per trial
+LATE_WAIT_S = (0.005, 0.05)
+SUITE_NAMES = {RKB: "robust-kbench", KERNELBENCH: "KernelBench"}
+
+
+class Verdict(Exception):
+    """A failed check: its tier and reason end the evaluation."""
+
+    def __init__(self, tier: int, reason: str, recycle: bool = False):
+        super().__init__(reason)
+        self.tier, self.reason, self.recycle = tier, reason, recycle
+
+
+def suite_seeds(trials: int) -> list[int]:
+    """The trial seeds both suites draw: torch.manual_seed(42), then randint(0, 2**32 - 1) per trial."""
+    import torch
+
+    torch.manual_seed(SUITE_SEED)
+    return [int(torch.randint(0, 2**32 - 1, (1,)).item()) for _ in range(trials)]
+
+
+def set_seed(seed: int) -> None:
+    import torch
+
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed(seed)
+
+
+def tensors(xs) -> list:
+    import torch
+
+    if isinstance(xs, torch.Tensor):
+        return [xs]
+    if isinstance(xs, (list, tuple)):
+        return [t for x in xs for t in tensors(x)]
+    if isinstance(xs, dict):
+        return [t for x in xs.values() for t in tensors(x)]
+    return []
+
+
+def to_device(xs, device: str):
+    """Tensors moved to `device` (the suites' easy_to_device); already there: unchanged."""
+    import torch
+
+    if isinstance(xs, torch.Tensor):
+        return xs if xs.device.type == device else xs.to(device)
+    if isinstance(xs, (list, tuple)):
+        return type(xs)(to_device(x, device) for x in xs)
+    return xs
+
+
+def outputs(res, who: str) -> list:
+    import torch
+
+    if isinstance(res, torch.Tensor):
+        return [res]
+    if isinstance(res, (tuple, list)) and res and all(isinstance(r, torch.Tensor) for r in res):
+        return list(res)
+    raise Verdict(TIER_WRONG_SHAPE, f"{who} returned {type(res).__name__}, not a tensor or a tuple of tensors")
+
+
+def _span(t) -> tuple[int, int]:
+    s = t.untyped_storage()
+    return s.data_ptr(), s.data_ptr() + s.nbytes()
+
+
+def overlaps(a, b) -> bool:
+    (a0, a1), (b0, b1) = _span(a), _span(b)
+    return a0 < b1 and b0 < a1 and a1 > a0 and b1 > b0
+
+
+def max_diff(a, b) -> float:
+    import torch
+
+    d = (a.double() - b.double()).abs()
+    d = torch.nan_to_num(d, nan=float("inf"))
+    return float(d.max()) if d.numel() else 0.0
+
+
+def allclose_reason(want, got, rtol: float, atol: float, what: str, broadcast: bool = False) -> str | None:
+    """The suites' rule, torch.allclose over every element; the reason when it fails. With
+    `broadcast` (robust-kbench, which compares with a bare torch.allclose), shapes that hold the
+    same elements and broadcast together, (1,) against (), are compared as torch.allclose does."""
+    import torch
+
+    if tuple(got.shape) != tuple(want.shape):
+        same = got.numel() == want.numel()
+        try:
+            torch.broadcast_shapes(got.shape, want.shape)
+        except RuntimeError:
+            same = False
+        if not (broadcast and same):
+            raise Verdict(TIER_WRONG_SHAPE, f"{what}: shape {tuple(got.shape)}, expected {tuple(want.shape)}")
+        got = got.reshape(want.shape)
+    if got.dtype != want.dtype:
+        raise Verdict(TIER_WRONG_SHAPE, f"{what}: dtype {got.dtype}, expected {want.dtype}")
+    if torch.allclose(want, got, rtol=rtol, atol=atol):
+        return None
+    bad = ~torch.isclose(want, got, rtol=rtol, atol=atol)
+    n_bad, n = int(bad.sum()), bad.numel()
+    flat = bad.reshape(-1).nonzero()
+    first = int(flat[0]) if len(flat) else -1
+    return (f"{what}: {n_bad} of {n} elements outside atol={atol:g} + rtol={rtol:g}*|ref| "
+            f"(max |diff| {max_diff(want, got):.3g}; first at flat index {first})")
+
+
+def snapshot(ts: list) -> list:
+    return [t.detach().clone() for t in ts]
+
+
+def changed(ts: list, snaps: list, names: list[str]) -> str | None:
+    import torch
+
+    for t, s, n in zip(ts, snaps, names):
+        if not torch.equal(t.detach(), s) and not (t.is_floating_point() and
+                                                   torch.equal(torch.isnan(t), torch.isnan(s)) and
+                                                   torch.equal(torch.nan_to_num(t.detach()), torch.nan_to_num(s))):
+            return n
+    return None
+
+
+def making(spec: SuiteSpec, device: str):
+    """Where inputs and models are made, so that their random values relate as in the suite.
+    KernelBench: on the device (its full-size problems hold many GiB; its seeds give the model
+    and the inputs separate streams either way). robust-kbench: on the host, then moved, as the
+    suite does: its inputs and models share a seed on the host generator while `grad_output`
+    comes from the device's, and a kernel is judged on inputs related exactly that way."""
+    import torch
+
+    return torch.device(device) if spec.kind == KERNELBENCH else contextlib.nullcontext()
+
+
+def to_module(m, device: str):
+    return m.to(device) if hasattr(m, "to") else m
+
+
+def gradients(model, xs) -> dict:
+    """robust-kbench's collect_gradients: every parameter's .grad, then every input's."""
+    out = {}
+    for n, p in model.named_parameters():
+        if p.grad is not None:
+            out[f"param_{n}"] = p.grad.detach().clone()
+    for i, x in enumerate(xs if isinstance(xs, (list, tuple)) else [xs]):
+        if getattr(x, "grad", None) is not None:
+            out[f"input_{i}"] = x.grad.detach().clone()
+    return out

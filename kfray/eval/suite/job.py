@@ -1,0 +1,66 @@
+"""One evaluation of a suite-form kernel on a suite task, in the sandbox worker: the suite's verdict,
+kfray's checks, the stream probe, the timing, a last check on fresh inputs."""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from kfray.candidate import TIER_CORRECT, TIER_RUNTIME_ERROR
+from kfray.eval.suite.common import SUITE_NAMES, Verdict
+from kfray.eval.suite.judge import Judge
+from kfray.eval.suite.runners import runner_for
+from kfray.eval.suite.timing import measure, peak_memory
+from kfray.tasks.suite_spec import SuiteSpec
+
+
+def run_suite_job(backend, kernel: Any, task, job: dict) -> dict:
+    """Verdict and figures of a suite-form kernel on a suite task; a plain result dict."""
+    import torch
+
+    spec: SuiteSpec = task.suite
+    stages: dict[str, float] = {}
+    rng = np.random.default_rng()
+    t0 = time.perf_counter()
+    if backend.device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    try:
+        runner = runner_for(spec, kernel, task, backend.device)
+        cases = runner.cases()
+        judge = Judge(backend, spec, runner, rng)
+        judge.suite_trials(cases)
+        stages["correctness"] = time.perf_counter() - t0
+        if backend.device == "cuda" and spec.direction == "forward":
+            from kfray.eval.suite.stream_probe import probe_case
+
+            why = probe_case(backend, judge, cases[0])
+            if why:
+                raise Verdict(TIER_RUNTIME_ERROR, f"configuration {cases[0].name}: {why} [kfray rule]", recycle=True)
+        judge.fresh_trials(cases)
+        stages["kfray_checks"] = time.perf_counter() - t0 - stages["correctness"]
+        sticky = backend.check_sticky_error()
+        if sticky:
+            raise Verdict(TIER_RUNTIME_ERROR, sticky, recycle=True)
+        t1 = time.perf_counter()
+        figures = measure(backend, judge, cases, job)
+        stages["timing"] = time.perf_counter() - t1
+        t2 = time.perf_counter()
+        judge.fresh_trials(cases)              # after the timing: a kernel that counts calls or keeps results
+        stages["recheck"] = time.perf_counter() - t2
+    except Verdict as v:
+        stages.setdefault("correctness", time.perf_counter() - t0)
+        out = {"tier": v.tier, "reason": v.reason, "stage_seconds": stages,
+               "facts": {"suite": {"name": SUITE_NAMES.get(spec.kind, spec.kind), "verdict": "rejected"}}}
+        if v.recycle:
+            out["recycle"] = True
+        return out
+    except torch.cuda.OutOfMemoryError as e:
+        return {"tier": TIER_RUNTIME_ERROR, "reason": f"out of device memory: {str(e).splitlines()[0]}",
+                "stage_seconds": stages, "recycle": True}
+    figures["suite"]["max_diff"] = judge.max_diff
+    figures["suite"].update(peak_memory(backend))
+    return {"tier": TIER_CORRECT, "reason": "", "times": figures["times"], "ref_times": figures["ref_times"],
+            "noise": figures["noise"], "facts": {"form": "suite", "suite": figures["suite"],
+                                                 "per_shape": figures["per_shape"]},
+            "stage_seconds": stages}

@@ -1,0 +1,194 @@
+"""Correctness the suite's way, then kfray's defences: the trials of every configuration."""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import numpy as np
+
+from kfray.candidate import TIER_RUNTIME_ERROR, TIER_WRONG_SHAPE, TIER_WRONG_VALUES
+from kfray.eval.suite.common import (LATE_WAIT_S, RKB, SUITE_NAMES, Verdict, allclose_reason, changed, gradients,
+                                     making, max_diff, outputs, overlaps, set_seed, snapshot, suite_seeds,
+                                     tensors, to_device, to_module)
+from kfray.eval.suite.runners import Case
+from kfray.tasks.suite_spec import SuiteSpec
+
+
+def params_and_inputs(model, xs: list) -> tuple[list, list[str]]:
+    ts, names = [], []
+    for i, x in enumerate(tensors(xs)):
+        ts.append(x)
+        names.append(f"input {i}")
+    if model is not None and hasattr(model, "named_parameters"):
+        for n, p in list(model.named_parameters()) + list(model.named_buffers()):
+            ts.append(p)
+            names.append(f"parameter {n}")
+    return ts, names
+
+
+def call_kernel(fn: Callable, *args):
+    try:
+        return fn(*args)
+    except Verdict:
+        raise
+    except Exception as e:
+        msg = str(e).strip().splitlines()
+        raise Verdict(TIER_RUNTIME_ERROR, f"{type(e).__name__}: {msg[0][:400] if msg else ''}",
+                      recycle="CUDA" in str(e) or "cuda" in str(e)) from None
+
+
+class Judge:
+    """The suite's trials for every configuration, then kfray's own checks."""
+
+    def __init__(self, backend, spec: SuiteSpec, runner, rng: np.random.Generator):
+        self.backend, self.spec, self.runner, self.rng = backend, spec, runner, rng
+        self.device = backend.device
+        self.max_diff = 0.0
+
+    def sync(self) -> None:
+        self.backend.synchronize()
+
+    # -- forward ------------------------------------------------------------------------------------
+    def forward_trial(self, case: Case, seed: int, kernel_first: bool, fresh: bool = False) -> None:
+        """One trial. kernel_first=False is KernelBench's order (reference, then candidate);
+        robust-kbench's is kernel, reference, kernel (kernel_first=True, with the second call)."""
+        import torch
+
+        sp, tag = self.spec, f"configuration {case.name}, {'kfray fresh-input' if fresh else 'suite'} trial seed {seed}"
+        with torch.no_grad(), making(sp, self.device):
+            set_seed(seed)
+            xs = to_device(case.make_inputs(), self.device)
+            if sp.kind == RKB:
+                set_seed(seed)
+                ref = to_module(case.make_ref(), self.device)
+                set_seed(seed)
+                new = to_module(case.make_new(), self.device)
+            else:
+                ref, new = to_module(case.make_ref(), self.device), to_module(case.make_new(), self.device)
+            watched, names = params_and_inputs(new, xs)
+            snaps = snapshot(watched)
+            outs_ref = None
+            if not kernel_first:
+                outs_ref = outputs(call_kernel(case.call_ref, ref, xs), "the reference")
+                self.sync()
+            t0 = time.perf_counter()
+            outs = outputs(call_kernel(case.call_new, new, xs), "the kernel")
+            self.sync()
+            call_s = time.perf_counter() - t0
+            self._own_memory(outs, watched, names, tag)
+            early = snapshot(outs)
+            time.sleep(min(LATE_WAIT_S[1], max(LATE_WAIT_S[0], 2 * call_s)))
+            self.sync()
+            if changed(outs, early, [f"output {i}" for i in range(len(outs))]):
+                raise Verdict(TIER_RUNTIME_ERROR, f"{tag}: an output changed after the kernel returned: work was "
+                              "still running (another stream or thread); finish or join all work before returning",
+                              recycle=True)
+            bad = changed(watched, snaps, names)
+            if bad:
+                raise Verdict(TIER_WRONG_VALUES, f"{tag}: the kernel changed {bad} (inputs and parameters must "
+                              "come back unchanged) [kfray rule]")
+            if kernel_first:
+                outs_ref = outputs(call_kernel(case.call_ref, ref, xs), "the reference")
+                self.sync()
+            calls = [outs]
+            if sp.kind == RKB and not fresh:
+                calls.append(outputs(call_kernel(case.call_new, new, xs), "the kernel (second call)"))
+                self.sync()
+            for k, got in enumerate(calls):
+                if len(got) != len(outs_ref):
+                    raise Verdict(TIER_WRONG_SHAPE, f"{tag}: the kernel returned {len(got)} tensors, the reference "
+                                  f"{len(outs_ref)}")
+                for i, (w, g) in enumerate(zip(outs_ref, got)):
+                    self.max_diff = max(self.max_diff, max_diff(w, g) if w.shape == g.shape else 0.0)
+                    why = allclose_reason(w, g, sp.rtol, sp.atol, f"output {i}", broadcast=sp.kind == RKB)
+                    if why:
+                        rule = "kfray rule: the kernel ran before the reference existed" if fresh else \
+                            f"{SUITE_NAMES[sp.kind]}'s rule"
+                        call = f", call {k + 1}" if len(calls) > 1 else ""
+                        raise Verdict(TIER_WRONG_VALUES, f"{tag}{call}: {why} [{rule}]")
+
+    def _own_memory(self, outs: list, watched: list, names: list[str], tag: str) -> None:
+        for i, o in enumerate(outs):
+            for t, n in zip(watched, names):
+                if overlaps(o, t):
+                    raise Verdict(TIER_WRONG_VALUES, f"{tag}: output {i} shares memory with {n} (a view of it or "
+                                  "written in place); the kernel must return a tensor of its own [kfray rule; "
+                                  f"{SUITE_NAMES[self.spec.kind]} itself would not reject this]")
+
+    # -- backward -----------------------------------------------------------------------------------
+    def backward_trial(self, case: Case, seed: int, fresh: bool = False) -> None:
+        """robust-kbench's check_backward_correctness: kernel side first, then the reference; every
+        .grad of the parameters and of the inputs compared."""
+        import torch
+
+        sp, tag = self.spec, f"configuration {case.name}, {'kfray fresh-input' if fresh else 'suite'} trial seed {seed}"
+        with making(sp, self.device):
+            set_seed(seed)
+            xs_ref = to_device(case.make_inputs(), self.device)
+            set_seed(seed)
+            xs_new = to_device(case.make_inputs(), self.device)
+            for x in tensors(xs_new) + tensors(xs_ref):
+                if x.requires_grad and not x.is_leaf:
+                    x.retain_grad()
+            set_seed(seed)
+            ref = to_module(case.make_ref(), self.device)
+            set_seed(seed)
+            new = to_module(case.make_new(), self.device)
+            watched, names = params_and_inputs(new, xs_new)
+            snaps = snapshot(watched)
+            new.zero_grad()
+            out = call_kernel(case.call_new, new, xs_new)
+            self.sync()
+            set_seed(seed)
+            g = torch.randn_like(out)
+            t0 = time.perf_counter()
+            call_kernel(out.backward, g)
+            self.sync()
+            call_s = time.perf_counter() - t0
+            grads_new = gradients(new, xs_new)
+            early = {k: v.clone() for k, v in grads_new.items()}
+            time.sleep(min(LATE_WAIT_S[1], max(LATE_WAIT_S[0], 2 * call_s)))
+            self.sync()
+            for k, v in grads_new.items():
+                if not torch.equal(torch.nan_to_num(v), torch.nan_to_num(early[k])):
+                    raise Verdict(TIER_RUNTIME_ERROR, f"{tag}: gradient {k} changed after backward returned: work "
+                                  "was still running (another stream or thread)", recycle=True)
+            bad = changed([w.detach() for w in watched], snaps, names)
+            if bad:
+                raise Verdict(TIER_WRONG_VALUES, f"{tag}: the backward kernel changed {bad} (inputs and parameters "
+                              "must come back unchanged) [kfray rule]")
+            ref.zero_grad()
+            out_ref = case.call_ref(ref, xs_ref)
+            set_seed(seed)
+            g_ref = torch.randn_like(out_ref)
+            out_ref.backward(g_ref)
+            self.sync()
+            grads_ref = gradients(ref, xs_ref)
+        if set(grads_new) != set(grads_ref):
+            raise Verdict(TIER_WRONG_SHAPE, f"{tag}: gradients of {sorted(set(grads_ref) - set(grads_new))} missing, "
+                          f"{sorted(set(grads_new) - set(grads_ref))} unexpected")
+        for k in grads_ref:
+            w, got = grads_ref[k], grads_new[k]
+            if w.shape == got.shape:
+                self.max_diff = max(self.max_diff, max_diff(w, got))
+            why = allclose_reason(w, got, sp.rtol, sp.atol, f"gradient {k}", broadcast=True)
+            if why:
+                raise Verdict(TIER_WRONG_VALUES, f"{tag}: {why} [{'kfray fresh-input check' if fresh else 'robust-kbench rule'}]")
+
+    def trial(self, case: Case, seed: int, kernel_first: bool = False, fresh: bool = False) -> None:
+        if self.spec.direction == "backward":
+            self.backward_trial(case, seed, fresh)
+        else:
+            self.forward_trial(case, seed, kernel_first, fresh)
+
+    def suite_trials(self, cases: list[Case]) -> None:
+        seeds = suite_seeds(self.spec.trials)
+        for case in cases:
+            for s in seeds:
+                self.trial(case, s, kernel_first=self.spec.kind == RKB)
+
+    def fresh_trials(self, cases: list[Case], n: int = 1) -> None:
+        """kfray on top: seeds the suite never draws, the kernel first (nothing to copy from)."""
+        for case in cases:
+            for _ in range(n):
+                self.trial(case, int(self.rng.integers(2**31)), kernel_first=True, fresh=True)

@@ -1,0 +1,214 @@
+"""The suites' timing: their statistic on both sides of every configuration (CUDA events; KernelBench
+with an L2 flush per trial), kfray's medians beside it, a torch.compile column on request, and the
+timed runs' results checked."""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from kfray.candidate import TIER_WRONG_VALUES
+from kfray.eval.suite.common import (KB_PERF_TRIALS, KB_WARMUP, KERNELBENCH, L2_FLUSH_BYTES, RKB, RKB_PERF_TRIALS,
+                                     RKB_WARMUP, SUITE_NAMES, SUITE_SEED, Verdict, allclose_reason, gradients,
+                                     making, outputs, set_seed, tensors, to_device, to_module)
+from kfray.eval.suite.judge import Judge
+from kfray.eval.suite.runners import Case
+from kfray.tasks.suite_spec import SuiteSpec
+
+
+class Clock:
+    """The suites' timers: CUDA events on the current stream (the backend's time_call, which also
+    counts host wall time when work outlives the stream), host perf_counter on the CPU."""
+
+    def __init__(self, backend, flush_l2: bool):
+        self.backend, self.flush_l2 = backend, flush_l2 and backend.device == "cuda"
+
+    def flush(self) -> None:
+        if self.flush_l2:
+            import torch
+
+            dummy = torch.empty(L2_FLUSH_BYTES // 8, dtype=torch.int64, device="cuda")
+            dummy.fill_(42)
+            del dummy
+
+    def samples(self, call: Callable[[], Any], warmup: int, trials: int, before: Callable[[], Any] | None = None,
+                budget_s: float = 0.0) -> list[float]:
+        t0 = time.perf_counter()
+        for _ in range(warmup):
+            if before:
+                before()
+            call()
+            self.backend.synchronize()
+            if budget_s and time.perf_counter() - t0 > budget_s / 4:
+                break                     # a slow problem: warm, and the budget is for samples
+        out: list[float] = []
+        start = time.perf_counter()
+        for _ in range(trials):
+            if before:
+                before()
+            self.backend.synchronize()
+            self.flush()
+            out.append(self.backend.time_call(call))
+            if budget_s and len(out) >= 5 and time.perf_counter() - start > budget_s:
+                break                     # a slow problem: enough samples for a mean
+        return out
+
+
+def time_case(judge: Judge, clock: Clock, case: Case, seed: int, side: str, warmup: int, trials: int,
+               budget_s: float, compiled: bool = False) -> tuple[list[float], Any]:
+    """Samples of one side on one configuration, and its last result (to check)."""
+    import torch
+
+    sp, dev = judge.spec, judge.device
+    with making(sp, dev):
+        set_seed(seed)
+        xs = to_device(case.make_inputs(), dev)
+        set_seed(seed)
+        model = to_module(case.make_new() if side == "new" else case.make_ref(), dev)
+    call_side = case.call_new if side == "new" else case.call_ref
+    if compiled:
+        call_side = compiled_reference(case, sp)
+    last: list = [None]
+    if sp.direction == "backward":
+        state: dict = {}
+
+        def before():
+            model.zero_grad()
+            for x in tensors(xs):         # inputs' grads too: every timed backward starts alike
+                x.grad = None
+            with torch.enable_grad():
+                state["out"] = call_side(model, xs)
+            state["g"] = torch.randn_like(state["out"])
+
+        def call():
+            state["out"].backward(state["g"])
+
+        ts = clock.samples(call, warmup, trials, before, budget_s)
+        last[0] = gradients(model, xs)
+    else:
+        def call():
+            last[0] = None                 # one output alive at a time: full-size problems are large
+            last[0] = call_side(model, xs)
+
+        with torch.no_grad():
+            ts = clock.samples(call, warmup, trials, None, budget_s)
+    return ts, (model, xs, last[0])
+
+
+def compiled_reference(case: Case, spec: SuiteSpec):
+    """torch.compile(mode="max-autotune") of the reference, as robust-kbench's torch_eval builds it
+    (of forward_fn) and KernelBench's ref timing does (of the model)."""
+    import torch
+
+    if spec.kind == RKB:
+        fn = None
+
+        def call(m, xs):
+            nonlocal fn
+            if fn is None:
+                import inspect
+                ref_fn = inspect.signature(m.forward).parameters["fn"].default
+                fn = torch.compile(ref_fn, mode="max-autotune")
+            return m(*xs, fn=fn)
+        return call
+    cache: dict = {}
+
+    def call(m, xs):
+        if "m" not in cache:
+            cache["m"] = torch.compile(m, mode="max-autotune")
+        return cache["m"](*xs)
+    return call
+
+
+def stats(ts: list[float]) -> dict:
+    a = np.asarray(ts, dtype=float)
+    return {"mean": float(a.mean()), "median": float(np.median(a)),
+            "iqr": float(np.percentile(a, 75) - np.percentile(a, 25)), "samples": int(a.size)}
+
+
+def measure(backend, judge: Judge, cases: list[Case], job: dict) -> dict:
+    """Both sides timed per configuration; the suite's figures and kfray's beside them."""
+    spec = judge.spec
+    kb = spec.kind == KERNELBENCH
+    trials = int(job.get("suite_perf_trials") or (KB_PERF_TRIALS if kb else RKB_PERF_TRIALS))
+    warmup = KB_WARMUP if kb else RKB_WARMUP
+    warmup = min(warmup, max(1, trials // 4))
+    budget = float(job.get("suite_time_budget_s") or 0.0)
+    clock = Clock(backend, flush_l2=kb)
+    seed = SUITE_SEED
+    times, ref_times, per_shape, spreads = {}, {}, {}, []
+    means_new, means_ref, means_cmp, cmp_note = [], [], [], ""
+    for case in cases:
+        ts_new, (m_new, xs_new, last_new) = time_case(judge, clock, case, seed, "new", warmup, trials, budget)
+        del m_new, xs_new                  # the reference makes the same inputs again from the seed
+        ts_ref, (m_ref, xs_ref, last_ref) = time_case(judge, clock, case, seed, "ref", warmup, trials, budget)
+        check_timed(judge, case, last_new, last_ref)
+        del m_ref, xs_ref, last_new, last_ref
+        s_new, s_ref = stats(ts_new), stats(ts_ref)
+        times[case.name], ref_times[case.name] = s_new["median"], s_ref["median"]
+        spreads.append(s_new["iqr"] / s_new["median"] if s_new["median"] > 0 else 0.0)
+        means_new.append(s_new["mean"])
+        means_ref.append(s_ref["mean"])
+        row = {"mean_ms": s_new["mean"] * 1e3, "ref_mean_ms": s_ref["mean"] * 1e3, "samples": s_new["samples"],
+               "median_ms": s_new["median"] * 1e3, "ref_median_ms": s_ref["median"] * 1e3}
+        if job.get("torch_compile") and not cmp_note:
+            try:
+                ts_c, _ = time_case(judge, clock, case, seed, "ref", warmup, trials, budget, compiled=True)
+                means_cmp.append(stats(ts_c)["mean"])
+                row["compile_mean_ms"] = means_cmp[-1] * 1e3
+            except Exception as e:
+                cmp_note = f"torch.compile failed: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+        per_shape[case.name] = row
+    avg_new, avg_ref = float(np.mean(means_new)), float(np.mean(means_ref))
+    suite = {"name": SUITE_NAMES[spec.kind], "verdict": "correct", "trials": f"{spec.trials}/{spec.trials}",
+             "statistic": statistic(kb, backend.device, trials),
+             "avg_mean_ms": avg_new * 1e3, "ref_avg_mean_ms": avg_ref * 1e3,
+             "speedup": avg_ref / avg_new if avg_new > 0 else 0.0, "configs": len(cases),
+             "rtol": spec.rtol, "atol": spec.atol}
+    if means_cmp and len(means_cmp) == len(cases):
+        suite["compile_avg_mean_ms"] = float(np.mean(means_cmp)) * 1e3
+        suite["speedup_compile"] = float(np.mean(means_cmp)) / avg_new if avg_new > 0 else 0.0
+    elif cmp_note:
+        suite["compile_note"] = cmp_note
+    return {"times": times, "ref_times": ref_times, "per_shape": per_shape, "suite": suite,
+            "noise": float(max(spreads) if spreads else 0.0)}
+
+
+def peak_memory(backend) -> dict:
+    """The sandbox's peak host memory (resident) and, on CUDA, peak device memory, in GiB."""
+    import resource
+
+    out = {"peak_host_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
+    if backend.device == "cuda":
+        import torch
+
+        out["peak_device_gib"] = torch.cuda.max_memory_allocated() / 2**30
+    return out
+
+
+def statistic(kb: bool, device: str, trials: int) -> str:
+    timer = "CUDA-event" if device == "cuda" else "host-timer"
+    if kb:
+        return f"mean of {trials} {timer} trials" + (" after an L2 flush each" if device == "cuda" else "")
+    return f"config-averaged mean of {trials} {timer} samples"
+
+
+def check_timed(judge: Judge, case: Case, last_new, last_ref) -> None:
+    """The timed runs' last results against the reference's on the same inputs: a kernel that skips
+    work when it senses timing fails here."""
+    spec = judge.spec
+    if last_new is None or last_ref is None:
+        return
+    if isinstance(last_new, dict):
+        pairs = [(k, last_ref.get(k), last_new.get(k)) for k in last_ref]
+    else:
+        a, b = outputs(last_ref, "the reference"), outputs(last_new, "the kernel")
+        pairs = [(f"output {i}", x, y) for i, (x, y) in enumerate(zip(a, b))]
+    for name, w, g in pairs:
+        if g is None:
+            raise Verdict(TIER_WRONG_VALUES, f"configuration {case.name}, timed runs: {name} missing")
+        why = allclose_reason(w, g, spec.rtol, spec.atol, name, broadcast=spec.kind == RKB)
+        if why:
+            raise Verdict(TIER_WRONG_VALUES, f"configuration {case.name}, after the timed runs: {why}; the kernel "
+                          "must compute its result on every call [kfray rule]")
