@@ -154,6 +154,12 @@ def test_extract_code():
     text = f"```cpp\nint helper();\n```\n```cpp\n{body}\n```\n```cpp\n{big}```"
     assert extract_code(text, "cpp") == big
     assert extract_code("```python\nkf_forward = 1\n```", "cpp") is None
+    # a suite task's kernel is a ModelNew file (python) or an extension (cuda), by what it defines
+    new = "import torch\n\nclass ModelNew(torch.nn.Module):\n    pass"
+    assert extract_code(f"```python\n{new}\n```", "suite").strip() == new
+    ext = '#include <torch/extension.h>\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("forward", &f); }'
+    assert extract_code(f"```cuda\n{ext}\n```", "suite").strip() == ext
+    assert extract_code("```python\nclass Model:\n    pass\n```", "suite") is None
     assert extract_code("no code at all", "cpp") is None
     assert extract_code("```cpp\nint f() { return 0; }\n```", "cpp") is None
     cl = "__kernel void softmax_rows(__global const float* x) {}"

@@ -24,7 +24,8 @@ from kfray.proposers.base import Proposer, ProposalContext
 from kfray.source import parse_params
 
 META_SECTIONS = ("philosophy", "strategies", "pitfalls", "analysis")
-_CODE_TAGS = {"", "cpp", "c++", "cuda", "cu", "c", "sycl", "opencl", "cl", "python", "py"}
+_CODE_TAGS = {"", "cpp", "c++", "cuda", "cu", "c", "sycl", "opencl", "cl"}
+_SUITE_TAGS = _CODE_TAGS | {"python", "py"}      # a KernelBench ModelNew file is Python
 _FENCE_RE = re.compile(r"^[ \t]*```[ \t]*([\w+.-]*)[^\n]*\n(.*?)^[ \t]*```", re.M | re.S)
 _LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
 _MAX_RETRY_AFTER_S = 30.0
@@ -43,7 +44,8 @@ def extract_code(text: str, language: str) -> str | None:
     marker = re.compile({"opencl": r"__kernel\b|\bkernel\s+void\b", "sycl_jit": r"@kf\.launch\b",
                          "suite": r"^class\s+ModelNew\b|PYBIND11_MODULE"}
                         .get(language, r"\bkf_forward\b"), re.M)
-    usable = [body for tag, body in fenced_blocks(text) if tag in _CODE_TAGS and marker.search(body)]
+    tags = _SUITE_TAGS if language == "suite" else _CODE_TAGS
+    usable = [body for tag, body in fenced_blocks(text) if tag in tags and marker.search(body)]
     if not usable:
         return None
     return max(usable, key=len).strip() + "\n"
