@@ -128,3 +128,11 @@ def test_tasks_command_fails_with_a_count_per_reason(capsys):
     why = dict(discover(str(SUITE)))[f"rkb:{SUITE / 'suite_bug'}"]        # the message in the table, one line
     assert "the suite's own bug" in why and "kernel_size" in why and "TypeError" in why and "\n" not in why
     assert main(["tasks", str(SUITE / "init_string")]) == 0
+
+
+def test_a_suite_prefix_on_a_folder_of_tasks_lists_every_task_in_it():
+    from kfray.tasks import resolve
+
+    plain = resolve(str(SUITE))
+    assert resolve(f"rkb:{SUITE}") == plain and len(plain) >= 4
+    assert resolve(f"rkb:{SUITE}/init_string") == [f"rkb:{SUITE}/init_string"]     # one task stays one ref

@@ -180,6 +180,10 @@ def resolve(spec: str | None, level: int | None = None, rkb_mode: str = "") -> l
         root = suite_root() / spec
         return [f"suite:{spec}/{c.name}" for c in sorted(root.iterdir(), key=lambda c: _natural(c.name))
                 if (c / "task.yaml").is_file()]
+    head, colon, rest = spec.partition(":")
+    if colon and head in ("rkb", "kernelbench", "kb", "robust-kbench") and Path(rest).is_dir() and \
+            not (Path(rest) / "func_forward.py").is_file():
+        return resolve(rest, level, rkb_mode)     # `rkb:tasks/`: every task of a suite's folder
     if not p.exists():
         if spec.partition(":")[0] in KINDS or spec in BUILTIN:
             return [spec]
