@@ -62,13 +62,15 @@ def to_device(xs, device: str):
 
 
 def outputs(res, who: str) -> list:
-    import torch
+    """The tensors a call returned; anything else is the kernel's wrong shape, not a task error."""
+    from kfray.errors import TaskError
+    from kfray.tasks.torch_ref import outputs_of
 
-    if isinstance(res, torch.Tensor):
-        return [res]
-    if isinstance(res, (tuple, list)) and res and all(isinstance(r, torch.Tensor) for r in res):
-        return list(res)
-    raise Verdict(TIER_WRONG_SHAPE, f"{who} returned {type(res).__name__}, not a tensor or a tuple of tensors")
+    try:
+        return outputs_of(res, who)
+    except TaskError:
+        raise Verdict(TIER_WRONG_SHAPE, f"{who} returned {type(res).__name__}, not a tensor or a tuple of "
+                      "tensors") from None
 
 
 def _span(t) -> tuple[int, int]:
