@@ -39,19 +39,15 @@ def verify(task_ref: str, kernel: str, backend: str | None = None, overrides: li
         # One kernel, not a search: time for large problems, whose inputs and checks run on the host.
         cfg.timeout_s = max(cfg.timeout_s, VERIFY_TIMEOUT_S)
     ev = Evaluator(name, cfg, "verify")
-    from kfray.eval.fits import fit_message
-
-    too_big = fit_message(task, name, cfg, ev.backend.device_facts())
-    if too_big:
-        ev.shutdown()
-        raise KfrayError(f"{task_ref}: {too_big}; nothing was run (a larger device, or a higher "
-                         "eval.memory_limit_mb on the CPU)")
     try:
         out = ev.evaluate(Candidate(task=task.ref or task_ref, language=language, source=source),
                           task.ref or task_ref, tune=False)
     finally:
         ev.shutdown()
-    return EvalResult.from_dict(out), name
+    res = EvalResult.from_dict(out)
+    if res.facts.get("not_charged"):       # the task does not fit (kfray/eval/fits.py): not the kernel's verdict
+        raise KfrayError(f"{task_ref}: {res.reason} (a larger device, or a higher eval.memory_limit_mb on the CPU)")
+    return res, name
 
 
 def format_result(res: EvalResult, backend: str, kernel: str, task_ref: str) -> str:

@@ -237,8 +237,9 @@ def _judge(backend, task, shape: str, args: dict, dev: dict, rc, call_s: float,
         return TIER_WRONG_VALUES, f"shape {shape}: {why}", {}
     # The reference runs now, after the kernel: its outputs never exist while the kernel runs.
     expected = backend.reference(task, args)
+    rtol, atol, every = tolerance(task)
     for n in out_names:
-        why = compare(n, snaps[n], expected[n], *tolerance(task)[:2], poison, every=tolerance(task)[2])
+        why = compare(n, snaps[n], expected[n], rtol, atol, poison, every=every)
         if why:
             tier = TIER_WRONG_SHAPE if "has shape" in why else TIER_WRONG_VALUES
             return tier, f"shape {shape}: {why}", {}
@@ -364,8 +365,8 @@ def _verify_sets(backend, task, shape: str, hosts: list, sets: list, spots: _Spo
         expected = backend.reference(task, h)
         c, w, f = spots.verify(i, expected, task.rtol, task.atol)
         checked, wrong, first = checked + c, wrong + w, first or f
+        rtol, atol, every = tolerance(task)
         for o in task.outputs:
-            rtol, atol, every = tolerance(task)
             why = None if mismatch else compare(o.name, d[o.name], expected[o.name], rtol, atol, every=every)
             if why:
                 mismatch = (TIER_WRONG_VALUES, f"shape {shape}, after the timed runs (input set {i}): {why}; the "

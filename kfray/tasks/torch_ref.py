@@ -282,14 +282,8 @@ def build_torch_task(problem: Problem, name: str, description: str, rtol: float 
     dropped.update({c: str(e).splitlines()[0].split(": ", 1)[-1] for c, e in errors.items()})
 
     def nbytes(t) -> int:
-        total = 0
-        for _, shape, dt in t["inputs"] + t["params"] + t["outputs"]:
-            try:
-                size = np.dtype(dt).itemsize
-            except TypeError:
-                size = 2 if "16" in dt else 4
-            total += size * int(np.prod(shape, dtype=np.int64))
-        return total
+        return sum(ITEMSIZE[dt] * int(np.prod(shape, dtype=np.int64))
+                   for _, shape, dt in t["inputs"] + t["params"] + t["outputs"])
 
     sizes = {c: nbytes(t) for c, t in per_cfg.items()}
     sig = lambda t: ([(n, len(s), d) for n, s, d in t["inputs"]], [(n, len(s), d) for n, s, d in t["params"]],

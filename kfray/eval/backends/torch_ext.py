@@ -328,6 +328,7 @@ class TorchExtCudaBackend(TorchExtCpuBackend):
 
         self.arch = _detect_arch(cfg)
         self._events = None
+        self._facts: dict[str, Any] | None = None
 
     def hardware_class(self) -> str:
         from kfray.eval.backends.cuda import gpu_properties
@@ -336,12 +337,16 @@ class TorchExtCudaBackend(TorchExtCpuBackend):
         return "cuda:" + str(props.get("name", "gpu")).strip().replace(" ", "_") if props else f"cuda:{self.arch}"
 
     def device_facts(self) -> dict[str, Any]:
+        """The CUDA backend's facts, measured bandwidth and fp32 rate included (CuPy); learned once,
+        since an evaluation asks several times (fit, cache size, peak fractions)."""
         from kfray.eval.backends.cuda import CudaBackend
 
-        try:      # the CUDA backend's facts, measured bandwidth and fp32 rate included (CuPy)
-            return CudaBackend(self.cfg).device_facts()
-        except Exception:
-            return {"name": "CUDA GPU", "arch": self.arch}
+        if self._facts is None:
+            try:
+                self._facts = CudaBackend(self.cfg).device_facts()
+            except Exception:
+                self._facts = {"name": "CUDA GPU", "arch": self.arch}
+        return dict(self._facts)
 
     def _compiler(self) -> tuple[str, str]:
         from kfray.eval.backends.cuda import nvcc_path, nvcc_version

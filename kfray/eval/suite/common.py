@@ -123,12 +123,14 @@ def snapshot(ts: list) -> list:
 
 
 def changed(ts: list, snaps: list, names: list[str]) -> str | None:
+    """The name of the first tensor that differs from its snapshot (NaN equal to NaN), else None."""
     import torch
 
     for t, s, n in zip(ts, snaps, names):
-        if not torch.equal(t.detach(), s) and not (t.is_floating_point() and
-                                                   torch.equal(torch.isnan(t), torch.isnan(s)) and
-                                                   torch.equal(torch.nan_to_num(t.detach()), torch.nan_to_num(s))):
+        t = t.detach()
+        same = torch.equal(t, s) or (t.is_floating_point() and torch.equal(torch.isnan(t), torch.isnan(s))
+                                     and torch.equal(torch.nan_to_num(t), torch.nan_to_num(s)))
+        if not same:
             return n
     return None
 

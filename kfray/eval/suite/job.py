@@ -26,9 +26,8 @@ def run_suite_job(backend, kernel: Any, task, job: dict) -> dict:
     if backend.device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     try:
-        runner = runner_for(spec, kernel, task, backend.device)
-        cases = runner.cases()
-        judge = Judge(backend, spec, runner, rng)
+        cases = runner_for(spec, kernel, task).cases()
+        judge = Judge(backend, spec, rng)
         judge.suite_trials(cases)
         stages["correctness"] = time.perf_counter() - t0
         if backend.device == "cuda" and spec.direction == "forward":

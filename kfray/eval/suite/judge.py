@@ -40,8 +40,8 @@ def call_kernel(fn: Callable, *args):
 class Judge:
     """The suite's trials for every configuration, then kfray's own checks."""
 
-    def __init__(self, backend, spec: SuiteSpec, runner, rng: np.random.Generator):
-        self.backend, self.spec, self.runner, self.rng = backend, spec, runner, rng
+    def __init__(self, backend, spec: SuiteSpec, rng: np.random.Generator):
+        self.backend, self.spec, self.rng = backend, spec, rng
         self.device = backend.device
         self.max_diff = 0.0
 
@@ -149,10 +149,10 @@ class Judge:
             early = {k: v.clone() for k, v in grads_new.items()}
             time.sleep(min(LATE_WAIT_S[1], max(LATE_WAIT_S[0], 2 * call_s)))
             self.sync()
-            for k, v in grads_new.items():
-                if not torch.equal(torch.nan_to_num(v), torch.nan_to_num(early[k])):
-                    raise Verdict(TIER_RUNTIME_ERROR, f"{tag}: gradient {k} changed after backward returned: work "
-                                  "was still running (another stream or thread)", recycle=True)
+            late = changed(list(grads_new.values()), list(early.values()), list(grads_new))
+            if late:
+                raise Verdict(TIER_RUNTIME_ERROR, f"{tag}: gradient {late} changed after backward returned: work "
+                              "was still running (another stream or thread)", recycle=True)
             bad = changed([w.detach() for w in watched], snaps, names)
             if bad:
                 raise Verdict(TIER_WRONG_VALUES, f"{tag}: the backward kernel changed {bad} (inputs and parameters "

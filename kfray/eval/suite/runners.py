@@ -28,15 +28,12 @@ class Case:
 class RkbRunner:
     """robust-kbench: Model(**init), get_inputs(**inputs), forward through `fn`."""
 
-    def __init__(self, spec: SuiteSpec, kernel: Any, device: str):
-
-
-        self.spec, self.device = spec, device
+    def __init__(self, spec: SuiteSpec, kernel: Any):
+        self.spec = spec
         func = Path(spec.path) / f"func_{spec.direction}.py"
         if not func.is_file():
             func = Path(spec.path) / "func_forward.py"
         self.mod = import_file(func, "robust-kbench task")
-        self.kernel = kernel
         if spec.direction == "backward":
             auto = getattr(self.mod, "AutogradFunction", None)
             if auto is None:
@@ -63,10 +60,8 @@ class KbRunner:
     """KernelBench: Model(*get_init_inputs()), get_inputs(); the candidate is a ModelNew class or a
     kfray-form extension `forward(inputs..., parameters...)` wrapped as a module."""
 
-    def __init__(self, spec: SuiteSpec, kernel: Any, task, device: str):
-
-
-        self.spec, self.device, self.task = spec, device, task
+    def __init__(self, spec: SuiteSpec, kernel: Any, task):
+        self.spec, self.task = spec, task
         self.mod = import_file(Path(spec.path), "KernelBench problem")
         self.kernel = kernel
 
@@ -92,7 +87,7 @@ class KbRunner:
         return ExtModel()
 
     def cases(self) -> list[Case]:
-        init = [self._cast(x) for x in self.init_inputs()]
+        init = self.init_inputs()
         holder: dict[str, Any] = {}
 
         def models():                  # one pair for every trial, as KernelBench builds them
@@ -104,7 +99,7 @@ class KbRunner:
             return holder
 
         return [Case(name="default",
-                     make_inputs=lambda: [self._cast(x) for x in self.mod.get_inputs()],
+                     make_inputs=lambda: list(self.mod.get_inputs()),
                      make_ref=lambda: models()["ref"], make_new=lambda: models()["new"],
                      call_ref=lambda m, xs: m(*xs), call_new=lambda m, xs: m(*xs))]
 
@@ -113,17 +108,10 @@ class KbRunner:
         get = getattr(self.mod, "get_init_inputs", lambda: [])
         return list(get())
 
-    @staticmethod
-    def _cast(x):
-        """KernelBench casts tensor inputs to its precision (fp32 by default); kfray leaves
-        non-float tensors (bool masks, integer targets) as they are, which fp32 leaves the same
-        for floats."""
-        return x
 
-
-def runner_for(spec: SuiteSpec, kernel, task, device: str):
+def runner_for(spec: SuiteSpec, kernel, task):
     if spec.kind == RKB:
-        return RkbRunner(spec, kernel, device)
+        return RkbRunner(spec, kernel)
     if spec.kind == KERNELBENCH:
-        return KbRunner(spec, kernel, task, device)
+        return KbRunner(spec, kernel, task)
     raise Verdict(TIER_RUNTIME_ERROR, f"unknown suite {spec.kind!r}")
