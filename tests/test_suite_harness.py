@@ -225,3 +225,17 @@ def test_kf_forward_kernels_on_a_kernelbench_task_are_held_to_its_rule_too(tmp_p
     assert res.correct is correct, res.reason
     if not correct:
         assert "the suite's rule: allclose over every element" in res.reason and "atol=0.0001" in res.reason
+
+
+@needs_gxx
+def test_a_robust_kbench_task_without_a_kernel_starts_from_its_own_forward_fn(tmp_path, cache):
+    """The baseline seed: the task's forward_fn inside an extension, `None` arguments included."""
+    from kfray.tasks import load_task
+    task = load_task(f"rkb:{DATA / 'rkb_suite' / 'optional_arg'}")
+    seeds = {s.name: s for s in task.seeds}
+    assert set(seeds) == {"reference_function"}
+    k = tmp_path / "reference.cpp"
+    k.write_text(seeds["reference_function"].source)
+    res, _ = _verify(f"rkb:{DATA / 'rkb_suite' / 'optional_arg'}", k, cache)
+    assert res.correct, res.reason
+    assert res.facts["suite"]["configs"] == 2 and res.facts["suite"]["speedup"] > 0

@@ -22,17 +22,54 @@ def modelnew_of_problem(problem_source: str) -> str:
             '    """The reference operator itself: the starting point for custom kernels."""\n')
 
 
+_PY_DELIM = "KFRAY_PY"
+
+
+def reference_extension(func_source: str) -> str:
+    """A robust-kbench forward kernel that is the task's own `forward_fn`: its Python source held
+    in the extension and called on each `forward`, so it is correct by construction and the suite's
+    harness builds it like any other kernel. The baseline a search of that task starts from."""
+    if f"){_PY_DELIM}" in func_source:
+        raise ValueError(f"the task's source contains ){_PY_DELIM}, which ends the embedded string")
+    return (
+        "// The task's own forward_fn, run from inside a PyTorch extension: the reference operator in\n"
+        "// robust-kbench's kernel form (bound as `forward`), the starting point for custom kernels.\n"
+        "#include <torch/extension.h>\n#include <pybind11/eval.h>\n\n"
+        "namespace py = pybind11;\n\n"
+        f'static const char* kTaskSource = R"{_PY_DELIM}(\n{func_source}\n){_PY_DELIM}";\n\n'
+        "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {\n"
+        "  py::dict scope;\n"
+        '  scope["__builtins__"] = py::module_::import("builtins");\n'
+        '  scope["__name__"] = "kfray_task_reference";\n'
+        "  py::exec(kTaskSource, scope);\n"
+        '  py::object fn = scope["forward_fn"];\n'
+        '  m.def("forward", [fn](py::args args, py::kwargs kwargs) { return fn(*args, **kwargs); });\n'
+        "}\n")
+
+
+def published_kernels(spec: SuiteSpec) -> list[tuple[str, Path]]:
+    """The kernels robust-kbench ships for a task: `forward.cu` / `backward.cu` (or `.cpp`) in the
+    task folder, and `highlighted/<task>/<direction>/kernel.cu` beside the tasks folder."""
+    folder = Path(spec.path)
+    found = [(f"suite_{spec.direction}{suffix.replace('.', '_')}", folder / f"{spec.direction}{suffix}")
+             for suffix in (".cu", ".cpp")]
+    found.append((f"highlighted_{spec.direction}", folder.parent.parent / "highlighted" / folder.name
+                  / spec.direction / "kernel.cu"))
+    return [(name, f) for name, f in found
+            if f.is_file() and "torch/extension.h" in f.read_text(errors="replace")]
+
+
 def seeds(spec: SuiteSpec) -> list[Seed]:
-    """KernelBench: the reference module as ModelNew. robust-kbench: the kernels the task folder
-    ships (`forward.cu` / `backward.cu`, or `.cpp`), which the suite keeps as its correct kernel."""
+    """KernelBench: the reference module as ModelNew. robust-kbench: the kernels the suite publishes
+    for the task and, for a forward task, the task's own forward_fn as an extension (the baseline)."""
     if spec.kind == KERNELBENCH:
         return [Seed("reference_module", LANGUAGE, modelnew_of_problem(Path(spec.path).read_text()))]
     out = []
     if spec.kind == RKB:
-        for suffix in (".cu", ".cpp"):
-            f = Path(spec.path) / f"{spec.direction}{suffix}"
-            if f.is_file() and "torch/extension.h" in f.read_text(errors="replace"):
-                out.append(Seed(f"suite_{spec.direction}{suffix.replace('.', '_')}", LANGUAGE, f.read_text()))
+        out = [Seed(name, LANGUAGE, f.read_text()) for name, f in published_kernels(spec)]
+        func = Path(spec.path) / "func_forward.py"
+        if spec.direction == "forward" and func.is_file():
+            out.append(Seed("reference_function", LANGUAGE, reference_extension(func.read_text())))
     return out
 
 
