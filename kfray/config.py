@@ -18,6 +18,8 @@ from kfray.errors import ConfigError
 @dataclass
 class SearchConfig:
     islands: int = 4                 # islands per task
+    max_island_actors: int = 32      # sweeps: islands of all tasks together (each is a process that
+                                     # loads its task); more tasks than this get fewer islands each
     budget: int = 48                 # evaluations per task, seeds included
     batch: int = 2                   # candidates an island proposes per generation
     migrate_every: int = 2           # generations between migrations
@@ -174,7 +176,8 @@ def _fill(obj: Any, data: Any, prefix: str, where: str) -> None:
 
 def _check(cfg: RunConfig, where: str) -> None:
     s, e = cfg.search, cfg.eval
-    for key, val, lo in [("search.islands", s.islands, 1), ("search.budget", s.budget, 1),
+    for key, val, lo in [("search.islands", s.islands, 1), ("search.max_island_actors", s.max_island_actors, 1),
+                         ("search.budget", s.budget, 1),
                          ("search.batch", s.batch, 1), ("search.migrate_every", s.migrate_every, 1),
                          ("search.checkpoint_every", s.checkpoint_every, 1),
                          ("search.migrants", s.migrants, 0), ("eval.evaluators", e.evaluators, 0),

@@ -182,12 +182,15 @@ class Coordinator:
                 self.actors.append(a)
         st.generations = [0] * len(st.islands)
         st.next_migration = s.migrate_every
-        if self.resume:
-            self._restore_islands(st)
-        else:
-            ray.get([isl.seed.remote(st.seed_pairs.get(st.labels[i], [])) for i, isl in enumerate(st.islands)])
 
-    def _restore_islands(self, st: TaskState):
+    def _fill_islands(self, st: TaskState) -> list:
+        """The calls (not yet waited on) that give a task's new islands their seeds, or on resume
+        their checkpoints: one wait for every task, not one actor start after another."""
+        if self.resume:
+            return self._restore_islands(st)
+        return [isl.seed.remote(st.seed_pairs.get(st.labels[i], [])) for i, isl in enumerate(st.islands)]
+
+    def _restore_islands(self, st: TaskState) -> list:
         """Resume: each island from its last checkpoint plus the results it had not yet ingested."""
         saved = {r["island"]: (json.loads(r["state"]), r["updated"]) for r in
                  self.store.rows("SELECT island, state, updated FROM islands WHERE task = ?", (st.ref,))}
@@ -203,8 +206,8 @@ class Coordinator:
                 st.checkpoints[i] = state
                 st.generations[i] = state["generation"]
                 calls.append(isl.restore.remote(state, mine))
-        ray.get(calls)
         st.next_migration = (min(st.generations) // self.cfg.search.migrate_every + 1) * self.cfg.search.migrate_every
+        return calls
 
     def _recover_island(self, st: TaskState, i: int, missed: list = ()):
         """An island actor died (Ray restarted it empty): give it back its last checkpoint."""
@@ -267,9 +270,10 @@ class Coordinator:
             states = {ref: TaskState(ref) for ref in self.tasks}
             if self.resume:
                 self._load_progress(states)
-            self._evaluate_seeds(states)
-            for st in states.values():
+            for st in states.values():       # actors boot (imports, task loading) while seeds compile
                 self._start_islands(st)
+            self._evaluate_seeds(states)
+            ray.get([call for st in states.values() for call in self._fill_islands(st)])  # all at once
             self._loop(states, t_start)
             return self._finish(states, t_start)
         finally:

@@ -299,6 +299,13 @@ def split_flagged(refs: list[str]) -> tuple[list[str], dict[str, str]]:
     return kept, flagged
 
 
+def islands_per_task(wanted: int, tasks: int, max_actors: int) -> int:
+    """Islands per task in a sweep: each island is a Ray actor process that loads its task (for a
+    PyTorch task, torch itself), so a suite of hundreds of tasks gets fewer islands per task rather
+    than hundreds of processes; never fewer than one."""
+    return max(1, min(wanted, max_actors // max(1, tasks)))
+
+
 def run_sweep(cfg, refs: list[str], run_dir: str | Path | None = None, skipped: dict[str, str] | None = None,
               progress: bool = True, budget_total: int = 0, title: str = "kfray sweep",
               budget_tokens: int = 0, budget_cost: float = 0.0) -> dict[str, Any]:
@@ -315,6 +322,11 @@ def run_sweep(cfg, refs: list[str], run_dir: str | Path | None = None, skipped: 
                          + ("".join(f"\n  {r}: {w}" for r, w in (skipped or {}).items())))
     cfg.tasks = list(refs)
     cfg.search.share_budget = True
+    fit = islands_per_task(cfg.search.islands, len(refs), cfg.search.max_island_actors)
+    if fit < cfg.search.islands:
+        print(f"kfray: {len(refs)} tasks: {fit} island(s) per task, not {cfg.search.islands} "
+              f"(search.max_island_actors {cfg.search.max_island_actors})", file=sys.stderr)
+        cfg.search.islands = fit
     if budget_total:
         per = budget_total // len(refs)
         if per < 1:

@@ -51,6 +51,18 @@ def test_evaluators_start_as_a_gang_or_the_run_says_what_is_missing(ray_local):
             ray.kill(e)
         release_gangs("gangtest")
     assert all(g["state"] == "REMOVED" for g in placement_group_table().values() if g["name"].startswith("gangtest"))
-    too_many = EvalConfig(placement="pack", num_cpus=1, placement_timeout_s=3, tune_budget=0)
-    with pytest.raises(KfrayError, match=r"cannot place 64 evaluators of \{'CPU': 1.0\}.*free now"):
-        make_evaluators("cpu", too_many, 64, "gangtest2")
+    # more than the whole cluster has: said at once, whatever the placement
+    for placement in ("pack", "none"):
+        too_many = EvalConfig(placement=placement, num_cpus=1, placement_timeout_s=3, tune_budget=0)
+        with pytest.raises(KfrayError, match=r"64 evaluators .* cannot all start: CPU 64 \(the cluster has 4\)"):
+            make_evaluators("cpu", too_many, 64, "gangtest2")
+    # enough in the cluster but not free now (a group holds 3 of its 4 CPUs): the gang waits, then says so
+    from ray.util.placement_group import placement_group, remove_placement_group
+    hold = placement_group([{"CPU": 3.0}])
+    ray.get(hold.ready(), timeout=60)
+    try:
+        busy = EvalConfig(placement="pack", num_cpus=1, placement_timeout_s=3, tune_budget=0)
+        with pytest.raises(KfrayError, match=r"cannot place 2 evaluators of \{'CPU': 1.0\}.*free now"):
+            make_evaluators("cpu", busy, 2, "gangtest3")
+    finally:
+        remove_placement_group(hold)

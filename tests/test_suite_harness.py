@@ -239,3 +239,33 @@ def test_a_robust_kbench_task_without_a_kernel_starts_from_its_own_forward_fn(tm
     res, _ = _verify(f"rkb:{DATA / 'rkb_suite' / 'optional_arg'}", k, cache)
     assert res.correct, res.reason
     assert res.facts["suite"]["configs"] == 2 and res.facts["suite"]["speedup"] > 0
+
+
+BN_TRAIN = "kernelbench:" + str(DATA / "kernelbench" / "level_fixtures" / "7_Batchnorm_train.py")
+
+
+@pytest.mark.parametrize("body,correct", [
+    ("        return self.bn(x)", True),                                   # running stats move as the reference's do
+    ("        self.bn.weight.data.add_(1.0)\n        return self.bn(x) if False else torch.nn.functional.batch_norm("
+     "x, self.bn.running_mean, self.bn.running_var, self.bn.weight - 1.0, self.bn.bias, True, 0.1, 1e-5)", False),
+])
+def test_parameters_must_come_back_as_the_reference_leaves_them(tmp_path, cache, body, correct):
+    k = tmp_path / "bn_new.py"
+    k.write_text("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+                 "    def __init__(self, features):\n        super().__init__()\n"
+                 "        self.bn = nn.BatchNorm1d(features)\n\n    def forward(self, x):\n" + body + "\n")
+    res, _ = _verify(BN_TRAIN, k, cache)
+    assert res.correct is correct, res.reason
+    if not correct:
+        assert "parameter bn.weight" in res.reason and "kfray rule" in res.reason
+
+
+@needs_gxx
+def test_a_reference_that_updates_running_statistics_is_correct_in_the_suites_form(tmp_path, cache):
+    """robust-kbench's BatchNorm tasks: forward_fn updates its running-statistics arguments."""
+    from kfray.tasks import load_task
+    ref = f"rkb:{DATA / 'rkb_suite' / 'batchnorm_train'}"
+    k = tmp_path / "bn_reference.cpp"
+    k.write_text(next(s.source for s in load_task(ref).seeds if s.name == "reference_function"))
+    res, _ = _verify(ref, k, cache)
+    assert res.correct, res.reason

@@ -69,6 +69,13 @@ def test_tables_from_a_summary(tmp_path):
     assert "KernelBench's way" in md and "kfray's way" in md and "| fast_1 | 0.000 | 0.500 |" in md
 
 
+def test_a_large_sweep_gets_fewer_islands_per_task_never_none():
+    from kfray.sweep import islands_per_task
+    assert islands_per_task(4, 3, 32) == 4          # a few tasks: as configured
+    assert islands_per_task(4, 10, 32) == 3         # 30 actors, not 40
+    assert islands_per_task(4, 200, 32) == 1        # the whole suite: one island each, never zero
+
+
 def test_select_by_name_or_prefix():
     refs = ["kernelbench:/k/level1/1_Relu.py", "kernelbench:/k/level1/19_ReLU_big.py", "package:/p/vscale",
             "rkb:/r/linear_tanh#backward"]

@@ -183,6 +183,11 @@ def make_evaluators(backend_name: str, cfg: EvalConfig, count: int, run_name: st
 
     actor_cls = ray.remote(Evaluator)
     opts = evaluator_options(backend_name, cfg)
+    short = cluster_shortfall(opts, count, ray.cluster_resources())
+    if short:
+        from kfray.errors import KfrayError
+        raise KfrayError(f"{count} evaluators for backend {backend_name} cannot all start: {short}; "
+                         f"set eval.evaluators lower (0: one per GPU) or add nodes")
     tag = label or backend_name
     groups = _gang(opts, cfg, count, f"{run_name}-evaluators-{tag}") if cfg.placement != "none" else None
     actors = []
@@ -194,6 +199,16 @@ def make_evaluators(backend_name: str, cfg: EvalConfig, count: int, run_name: st
             o["scheduling_strategy"] = PlacementGroupSchedulingStrategy(groups, placement_group_bundle_index=i)
         actors.append(actor_cls.options(name=f"{run_name}-evaluator-{tag}-{i}", **o).remote(backend_name, cfg, f"{tag}-{i}"))
     return actors
+
+
+def cluster_shortfall(opts: dict, count: int, cluster: dict[str, float]) -> str:
+    """What `count` evaluators with these actor options need beyond the whole cluster's resources
+    ("" when it has enough): a request no node set can ever meet fails at once, not after a wait."""
+    need = {"CPU": float(opts.get("num_cpus") or 0), "GPU": float(opts.get("num_gpus") or 0),
+            **{k: float(v) for k, v in opts.get("resources", {}).items()}}
+    short = [f"{k} {v * count:g} (the cluster has {cluster.get(k, 0):g})"
+             for k, v in need.items() if v > 0 and v * count > cluster.get(k, 0) + 1e-9]
+    return ", ".join(short)
 
 
 def _gang(opts: dict, cfg: EvalConfig, count: int, name: str):

@@ -19,11 +19,35 @@ def params_and_inputs(model, xs: list) -> tuple[list, list[str]]:
     for i, x in enumerate(tensors(xs)):
         ts.append(x)
         names.append(f"input {i}")
-    if model is not None and hasattr(model, "named_parameters"):
-        for n, p in list(model.named_parameters()) + list(model.named_buffers()):
-            ts.append(p)
-            names.append(f"parameter {n}")
+    for n, p in state_of(model).items():
+        ts.append(p)
+        names.append(f"parameter {n}")
     return ts, names
+
+
+def state_of(model) -> dict:
+    """A module's parameters and buffers by name (running statistics included)."""
+    if model is None or not hasattr(model, "named_parameters"):
+        return {}
+    return {n: p for n, p in list(model.named_parameters()) + list(model.named_buffers())}
+
+
+def unexplained_change(new, before: dict, ref, rtol: float, atol: float) -> str | None:
+    """The first parameter or buffer that the kernel's call changed and the reference's own call
+    did not leave the same way (a reference in training mode updates BatchNorm running statistics:
+    a kernel that does the same is right, not a reward hack); None when every change is explained."""
+    import torch
+
+    theirs = state_of(ref)
+    for n, t in state_of(new).items():
+        t = t.detach()
+        if changed([t], [before[n]], [n]) is None:
+            continue
+        r = theirs.get(n)
+        if r is None or r.shape != t.shape or not torch.allclose(t.double(), r.detach().double(), rtol=rtol,
+                                                                  atol=atol, equal_nan=True):
+            return f"parameter {n}"
+    return None
 
 
 def call_kernel(fn: Callable, *args):
@@ -66,11 +90,12 @@ class Judge:
             else:
                 ref, new = to_module(case.make_ref(), self.device), to_module(case.make_new(), self.device)
             watched, names = params_and_inputs(new, xs)
-            snaps = snapshot(watched)
+            before = {n: t.detach().clone() for n, t in state_of(new).items()}
             outs_ref = None
             if not kernel_first:
                 outs_ref = outputs(call_kernel(case.call_ref, ref, xs), "the reference")
                 self.sync()
+            snaps = snapshot(watched)
             t0 = time.perf_counter()
             outs = outputs(call_kernel(case.call_new, new, xs), "the kernel")
             self.sync()
@@ -83,13 +108,15 @@ class Judge:
                 raise Verdict(TIER_RUNTIME_ERROR, f"{tag}: an output changed after the kernel returned: work was "
                               "still running (another stream or thread); finish or join all work before returning",
                               recycle=True)
-            bad = changed(watched, snaps, names)
+            n_in = len(tensors(xs))
+            bad = changed(watched[:n_in], snaps[:n_in], names[:n_in])
             if bad:
-                raise Verdict(TIER_WRONG_VALUES, f"{tag}: the kernel changed {bad} (inputs and parameters must "
-                              "come back unchanged) [kfray rule]")
+                raise Verdict(TIER_WRONG_VALUES, f"{tag}: the kernel changed {bad} (inputs must come back "
+                              "unchanged) [kfray rule]")
             if kernel_first:
                 outs_ref = outputs(call_kernel(case.call_ref, ref, xs), "the reference")
                 self.sync()
+            self._params_as_reference(new, before, ref, tag)
             calls = [outs]
             if sp.kind == RKB and not fresh:
                 calls.append(outputs(call_kernel(case.call_new, new, xs), "the kernel (second call)"))
@@ -106,6 +133,12 @@ class Judge:
                             f"{SUITE_NAMES[sp.kind]}'s rule"
                         call = f", call {k + 1}" if len(calls) > 1 else ""
                         raise Verdict(TIER_WRONG_VALUES, f"{tag}{call}: {why} [{rule}]")
+
+    def _params_as_reference(self, new, before: dict, ref, tag: str) -> None:
+        bad = unexplained_change(new, before, ref, self.spec.rtol, self.spec.atol)
+        if bad:
+            raise Verdict(TIER_WRONG_VALUES, f"{tag}: the kernel changed {bad}, which the reference leaves "
+                          "otherwise (parameters must come back as the reference leaves them) [kfray rule]")
 
     def _own_memory(self, outs: list, watched: list, names: list[str], tag: str) -> None:
         for i, o in enumerate(outs):
@@ -135,7 +168,9 @@ class Judge:
             set_seed(seed)
             new = to_module(case.make_new(), self.device)
             watched, names = params_and_inputs(new, xs_new)
-            snaps = snapshot(watched)
+            n_in = len(tensors(xs_new))
+            snaps = snapshot(watched[:n_in])
+            before = {n: t.detach().clone() for n, t in state_of(new).items()}
             new.zero_grad()
             out = call_kernel(case.call_new, new, xs_new)
             self.sync()
@@ -153,10 +188,10 @@ class Judge:
             if late:
                 raise Verdict(TIER_RUNTIME_ERROR, f"{tag}: gradient {late} changed after backward returned: work "
                               "was still running (another stream or thread)", recycle=True)
-            bad = changed([w.detach() for w in watched], snaps, names)
+            bad = changed([w.detach() for w in watched[:n_in]], snaps, names[:n_in])
             if bad:
-                raise Verdict(TIER_WRONG_VALUES, f"{tag}: the backward kernel changed {bad} (inputs and parameters "
-                              "must come back unchanged) [kfray rule]")
+                raise Verdict(TIER_WRONG_VALUES, f"{tag}: the backward kernel changed {bad} (inputs must come back "
+                              "unchanged) [kfray rule]")
             ref.zero_grad()
             out_ref = case.call_ref(ref, xs_ref)
             set_seed(seed)
@@ -164,6 +199,7 @@ class Judge:
             out_ref.backward(g_ref)
             self.sync()
             grads_ref = gradients(ref, xs_ref)
+            self._params_as_reference(new, before, ref, tag)
         if set(grads_new) != set(grads_ref):
             raise Verdict(TIER_WRONG_SHAPE, f"{tag}: gradients of {sorted(set(grads_ref) - set(grads_new))} missing, "
                           f"{sorted(set(grads_new) - set(grads_ref))} unexpected")
