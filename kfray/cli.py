@@ -9,12 +9,13 @@ import shutil
 import sys
 
 from kfray.errors import KfrayError
+from kfray.proposers.preflight import preflight_llm
 
 
 def _cmd_run(args) -> int:
     from kfray.config import load_config
     from kfray.report import print_summary
-    from kfray.run import run_search
+    from kfray.driver import run_search
 
     cfg = load_config(args.config, args.set or [])
     if args.address:
@@ -30,7 +31,7 @@ def _cmd_run(args) -> int:
 
 def _cmd_resume(args) -> int:
     from kfray.report import print_summary
-    from kfray.run import resume_search
+    from kfray.driver import resume_search
 
     cfg = _stored_config(args.run_dir)
     if cfg is not None:
@@ -61,33 +62,6 @@ def _stored_config(run_dir: str):
         raise
     except Exception:
         return None
-
-
-def preflight_llm(proposer_cfg) -> None:
-    """With the LLM proposer, call each endpoint once before anything starts: a run against an
-    endpoint that does not answer fails at once with one line, instead of filling its budget with
-    tier-0 candidates after minutes of retries."""
-    if getattr(proposer_cfg, "kind", "") != "llm":
-        return
-    import openai
-
-    from kfray.proposers.llm import LLMProposer
-
-    proposer = LLMProposer(proposer_cfg)            # ConfigError: no endpoint, no model, no key
-    clients = getattr(proposer, "clients", None) or {proposer.model: (proposer.client, proposer.base_url)}
-    endpoints = {url: client for client, url in clients.values()}
-    for url, client in endpoints.items():
-        try:
-            client.with_options(timeout=10.0, max_retries=0).models.list()
-        except openai.APIConnectionError as e:     # refused, DNS, TLS, time-out
-            raise KfrayError(f"the LLM endpoint {url} does not answer ({type(e).__name__}: {e}); start the "
-                             "server, or fix proposer.base_url (or $OPENAI_BASE_URL), or run with "
-                             "--set proposer.kind=offline") from None
-        except (openai.AuthenticationError, openai.PermissionDeniedError) as e:
-            raise KfrayError(f"the LLM endpoint {url} refused the API key (HTTP {e.status_code}); set the key "
-                             f"in ${proposer_cfg.api_key_env} (proposer.api_key_env names the variable)") from None
-        except openai.APIStatusError:
-            pass                                    # it answered (some servers have no /models): reachable
 
 
 def _cmd_status(args) -> int:
@@ -205,9 +179,14 @@ def _kfray_cause(e: BaseException) -> KfrayError | None:
 def _error(e: KfrayError) -> int:
     import os
 
-    print(f"kfray: error: {e}", file=sys.stderr)
+    from kfray.errors import RunStopped
+
     # Other evaluations that failed the same way would print their tracebacks at exit.
     os.environ["RAY_IGNORE_UNHANDLED_ERRORS"] = "1"
+    if isinstance(e, RunStopped):
+        print(f"kfray: {e}", file=sys.stderr)
+        return e.exit_code
+    print(f"kfray: error: {e}", file=sys.stderr)
     return 2
 
 

@@ -5,6 +5,7 @@ Unknown keys and values of the wrong type are errors that name the key and the f
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -161,13 +162,16 @@ def _fill(obj: Any, data: Any, prefix: str, where: str) -> None:
     for k, v in data.items():
         key = f"{prefix}{k}"
         if k not in names:
-            raise ConfigError(f"{where}: unknown key '{key}' (known here: {', '.join(sorted(names))})")
+            shown = repr(key) if not str(key).isprintable() else f"'{key}'"     # one line, always
+            raise ConfigError(f"{where}: unknown key {shown} (known here: {', '.join(sorted(names))})")
         typ = hints[k]
         if dataclasses.is_dataclass(typ):
             _fill(getattr(obj, k), v, key + ".", where)
             continue
         origin = typing.get_origin(typ) or typ
         v = _coerce(v, origin, key, where)
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ConfigError(f"{where}: key '{key}' must be a finite number, got {v}")
         choices = _CHOICES.get(tuple(key.split(".")))
         if choices and v not in choices:
             raise ConfigError(f"{where}: key '{key}' must be one of {', '.join(choices)}, got {v!r}")
@@ -254,6 +258,6 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Ru
         nested: Any = value
         for k in reversed(keys):
             nested = {k: nested}
-        _fill(cfg, nested, "", f"--set {ov}")
+        _fill(cfg, nested, "", f"--set {ov}" if ov.isprintable() else f"--set {ov!r}")
     _check(cfg, str(path) if path else "configuration")
     return cfg

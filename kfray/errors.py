@@ -15,3 +15,16 @@ class TaskError(KfrayError):
 
 class BackendError(KfrayError):
     pass
+
+
+class RunStopped(KfrayError):
+    """A run ended early by a signal (SIGTERM, Ctrl-C): what finished is recorded, it can resume."""
+
+    def __init__(self, message: str, signal_name: str = "SIGTERM"):
+        super().__init__(message)
+        self.signal_name = signal_name
+
+    @property
+    def exit_code(self) -> int:
+        import signal
+        return 128 + int(getattr(signal, self.signal_name, signal.SIGTERM))

@@ -2,6 +2,10 @@
 
     // @kf.param BLOCK  in [64, 128, 256, 512]
     // @kf.require BLOCK * UNROLL <= 4096
+    // @kf.launch softmax_rows global=(rows * WG) local=(WG)
+
+A launch declaration belongs to the source (kernels compiled at run time carry no host code), so it
+is parsed here; its sizes are checked as SYCL and OpenCL require them, whatever device runs them.
 
 Expressions are evaluated by a tiny AST walker (arithmetic, comparisons, and/or, names), never `eval`.
 """
@@ -11,6 +15,7 @@ import ast
 import hashlib
 import itertools
 import json
+import math
 import operator
 import re
 from dataclasses import dataclass
@@ -18,6 +23,8 @@ from typing import Any, Iterator
 
 _PARAM_RE = re.compile(r"@kf\.param\s+([A-Za-z_]\w*)\s+in\s+\[([^\]]*)\]")
 _REQUIRE_RE = re.compile(r"@kf\.require\s+(.+?)\s*(?:\*/)?\s*$", re.M)
+# A declaration is a kernel name followed by key=(...) pairs; prose that mentions @kf.launch is not.
+_LAUNCH_RE = re.compile(r"@kf\.launch[ \t]+([A-Za-z_]\w*[ \t]+\w+[ \t]*=[^\n]*)")
 _LINE_COMMENT = re.compile(r"//[^\n]*")
 _BLOCK_COMMENT = re.compile(r"/\*.*?\*/", re.S)
 
@@ -87,6 +94,106 @@ def define_flags(params: dict[str, Any]) -> list[str]:
             raise ValueError(f"parameter {k} must be a number, got {v!r}")
         flags.append(f"-D{k}={v}")
     return flags
+
+
+# --- launch declarations ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Launch:
+    """One `@kf.launch` declaration: a kernel and its global and local sizes, as expressions."""
+
+    kernel: str
+    global_size: tuple[str, ...]
+    local_size: tuple[str, ...]
+
+    def to_dict(self) -> dict:
+        return {"kernel": self.kernel, "global": list(self.global_size), "local": list(self.local_size)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Launch":
+        return cls(d["kernel"], tuple(d["global"]), tuple(d["local"]))
+
+
+def _balanced(text: str, start: int) -> tuple[str, int]:
+    """The text inside the parentheses that open at text[start]; and the index after them."""
+    depth = 0
+    for i in range(start, len(text)):
+        if text[i] == "(":
+            depth += 1
+        elif text[i] == ")":
+            depth -= 1
+            if depth == 0:
+                return text[start + 1:i], i + 1
+    raise ValueError("unbalanced parentheses")
+
+
+def _split_top(text: str) -> tuple[str, ...]:
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        if ch == "," and depth == 0:
+            parts.append(cur.strip())
+            cur = ""
+            continue
+        depth += ch == "("
+        depth -= ch == ")"
+        cur += ch
+    parts.append(cur.strip())
+    return tuple(p for p in parts if p)
+
+
+def parse_launches(source: str) -> list[Launch]:
+    """The `@kf.launch` declarations of a source, in order; ValueError names what is wrong."""
+    out = []
+    for m in _LAUNCH_RE.finditer(source):
+        line = m.group(1).strip().rstrip("*/").strip()
+        what = f"bad launch declaration '@kf.launch {line}'"
+        name = re.match(r"([A-Za-z_]\w*)\s*", line)
+        if not name:
+            raise ValueError(f"{what}: expected a kernel name first")
+        rest, sizes = line[name.end():], {}
+        while rest.strip():
+            kv = re.match(r"\s*(global|local)\s*=\s*", rest)
+            if not kv or rest[kv.end():kv.end() + 1] != "(":
+                raise ValueError(f"{what}: expected global=(...) local=(...)")
+            try:
+                body, end = _balanced(rest, kv.end())
+            except ValueError:
+                raise ValueError(f"{what}: unbalanced parentheses") from None
+            sizes[kv.group(1)] = _split_top(body)
+            rest = rest[end:]
+        if "global" not in sizes or "local" not in sizes:
+            raise ValueError(f"{what}: both global=(...) and local=(...) are required")
+        g, loc = sizes["global"], sizes["local"]
+        if not 1 <= len(g) <= 3 or len(g) != len(loc):
+            raise ValueError(f"{what}: global and local need the same number of dimensions (1 to 3)")
+        out.append(Launch(name.group(1), g, loc))
+    return out
+
+
+def _as_size(value: Any, expr: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"'{expr}' is not a number")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError(f"'{expr}' = {value} is not a whole number (use // for integer division)")
+        value = int(value)
+    if value <= 0:
+        raise ValueError(f"'{expr}' = {value} must be positive")
+    return int(value)
+
+
+def launch_ranges(launch: Launch, env: dict[str, Any], max_wg: int = 0) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Global and local sizes of one launch, checked as SYCL requires them."""
+    g = tuple(_as_size(safe_eval(e, env), e) for e in launch.global_size)
+    loc = tuple(_as_size(safe_eval(e, env), e) for e in launch.local_size)
+    for d, (gs, ls) in enumerate(zip(g, loc)):
+        if gs % ls:
+            raise ValueError(f"launch of {launch.kernel}: global size {gs} is not a multiple of the local size "
+                             f"{ls} in dimension {d} (round it up, e.g. ((n + L - 1) // L) * L, and guard "
+                             f"the tail in the kernel)")
+    wg = math.prod(loc)
+    if max_wg and wg > max_wg:
+        raise ValueError(f"launch of {launch.kernel}: work-group size {wg} exceeds the device's maximum {max_wg}")
+    return g, loc
 
 
 def normalize(source: str) -> str:

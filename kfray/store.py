@@ -142,6 +142,20 @@ class Store:
             ("SELECT * FROM candidates ORDER BY created", ())
         return [_from_row(r) for r in self.rows(q, a)]
 
+    # --- recovery (resume) ---------------------------------------------------------------------
+    def proposed_keys(self, task: str) -> list[tuple[str, str]]:
+        """(hardware, source hash as proposed) of every candidate of a task: never evaluated again."""
+        return [(r["hardware"], r["src_hash"]) for r in
+                self.rows("SELECT src_hash, hardware FROM candidates WHERE task = ?", (task,))]
+
+    def migration_rounds(self, task: str) -> int:
+        return self.rows("SELECT MAX(round) AS m FROM migrations WHERE task = ?", (task,))[0]["m"] or 0
+
+    def island_checkpoints(self, task: str) -> dict[int, dict]:
+        """Island index -> the state it last saved."""
+        return {r["island"]: json.loads(r["state"]) for r in
+                self.rows("SELECT island, state FROM islands WHERE task = ?", (task,))}
+
     def count(self, table: str) -> int:
         assert table in ("candidates", "migrations", "prompts", "islands", "transitions")
         return self.db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]

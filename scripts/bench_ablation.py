@@ -46,7 +46,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kfray.config import load_config  # noqa: E402
-from kfray.search.descriptors import describe  # noqa: E402
+from kfray.descriptors import describe  # noqa: E402
 from kfray.source import source_hash  # noqa: E402
 
 TASKS = ["axpb", "softmax", "matmul"]
@@ -64,7 +64,7 @@ VARIANTS = {
 
 
 def run_one(variant: str, seed: int, args, out: Path) -> dict:
-    from kfray.run import run_search
+    from kfray.driver import run_search
 
     over = [f"tasks=[{','.join(args.tasks)}]", f"search.budget={args.budget}", f"search.seed={seed}",
             f"search.islands={args.islands}", "search.batch=2", "search.migrate_every=2",

@@ -32,7 +32,7 @@ from kfray.candidate import Candidate, EvalResult  # noqa: E402
 from kfray.config import load_config  # noqa: E402
 from kfray.eval.evaluator import make_evaluators  # noqa: E402
 from kfray.eval.queue import EvalQueue  # noqa: E402
-from kfray.run import run_search  # noqa: E402
+from kfray.driver import run_search  # noqa: E402
 from kfray.store import Store  # noqa: E402
 from kfray.tasks import load_task  # noqa: E402
 

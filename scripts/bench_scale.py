@@ -25,7 +25,7 @@ import ray  # noqa: E402
 from kfray.candidate import Candidate, EvalResult  # noqa: E402
 from kfray.config import load_config  # noqa: E402
 from kfray.proposers.base import Elite, ProposalContext  # noqa: E402
-from kfray.run import run_search  # noqa: E402
+from kfray.driver import run_search  # noqa: E402
 
 
 def sim_task(work: Path) -> str:
@@ -82,7 +82,7 @@ def overhead(work: Path) -> dict:
     from kfray.prompts.builder import build_messages
     from kfray.proposers.offline import OfflineProposer
     from kfray.search.archive import Archive
-    from kfray.search.descriptors import describe
+    from kfray.descriptors import describe
     from kfray.search.sampling import select_inspirations, select_parent, target_cell
     from kfray.source import parse_params, source_hash
     from kfray.store import Store

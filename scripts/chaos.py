@@ -123,7 +123,7 @@ class Chaos(threading.Thread):
 
 # --- the driver that gets killed ---------------------------------------------------------------------
 def _driver(args) -> int:
-    from kfray.run import run_search
+    from kfray.driver import run_search
 
     run_dir = Path(args.run_dir)
     chaos_dir = run_dir / "chaos"
@@ -150,7 +150,7 @@ def main() -> int:
         return _driver(args)
 
     from kfray.candidate import TIER_NAMES
-    from kfray.run import resume_search
+    from kfray.driver import resume_search
     from kfray.tasks import load_task
 
     tasks = args.tasks.split(",")

@@ -2,6 +2,7 @@
 and no traceback. The config and task-package loaders are fuzzed: only KfrayError may escape."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import socket
@@ -14,11 +15,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from kfray.cli import main
-from kfray.config import EvalConfig, PromptConfig, ProposerConfig, SearchConfig, load_config
+from kfray.config import (EvalConfig, PromptConfig, ProposerConfig, RunConfig, SearchConfig, load_config,
+                          parse_override)
 from kfray.errors import ConfigError, KfrayError, TaskError
 from kfray.tasks import load_task
 from kfray.tasks.package import load_package
@@ -244,9 +246,31 @@ def _config_docs(draw):
     return doc
 
 
+def _same(have, want) -> bool:
+    """Equal, NaN included (a NaN read back from YAML is a new float, and NaN != NaN)."""
+    return have == want or repr(have) == repr(want)
+
+
+def _assert_applied(obj, data: dict, where: str = "") -> None:
+    """Every key of a mapping the loader accepted is in effect, with the value given: none was
+    dropped, altered or silently accepted without a field to hold it."""
+    for key, want in data.items():
+        assert isinstance(key, str) and hasattr(obj, key), f"unknown key {where}{key!r} was accepted"
+        have = getattr(obj, key)
+        if dataclasses.is_dataclass(have):
+            assert isinstance(want, dict), f"{where}{key}: a section was accepted from {want!r}"
+            _assert_applied(have, want, f"{where}{key}.")
+        else:
+            assert _same(have, want), f"{where}{key}: loaded {have!r}, but it was given {want!r}"
+
+
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(doc=_config_docs(), form=st.sampled_from(["yaml", "text", "bytes"]), junk=st.text(max_size=40),
        raw=st.binary(max_size=40))
+@example(doc={"search": {"islands": 3, "explore": 0.5, "min_gain": 1}, "eval": {"timeout_s": 5, "flags": ["-O2"]},
+              "tasks": ["axpb"], "run_dir": "r"}, form="yaml", junk="", raw=b"")   # loads: each key is checked
+@example(doc={"search": {"islands": 2, "islandz": 3}}, form="yaml", junk="", raw=b"")    # refused, naming the file
+@example(doc={}, form="text", junk="bogus: 1\n", raw=b"")
 def test_fuzz_config_loader(doc, form, junk, raw):
     with tempfile.TemporaryDirectory() as d:
         p = Path(d) / "c.yaml"
@@ -255,9 +279,15 @@ def test_fuzz_config_loader(doc, form, junk, raw):
         else:
             p.write_text(junk if form == "text" else yaml.safe_dump(doc))
         try:
-            load_config(p)
-        except ConfigError:
-            pass
+            cfg = load_config(p)
+        except ConfigError as e:
+            assert str(e).startswith(str(p)), f"the error does not name the file first: {e}"
+            return
+        data = doc if form == "yaml" else yaml.safe_load(p.read_text())
+    # It loaded: the file was a mapping (or empty), and every key in it took effect.
+    assert isinstance(cfg, RunConfig)
+    assert isinstance(data, dict) or not data, f"a non-mapping file was accepted: {data!r}"
+    _assert_applied(cfg, data or {})
 
 
 @settings(max_examples=100, deadline=None)
@@ -265,11 +295,25 @@ def test_fuzz_config_loader(doc, form, junk, raw):
                                                            st.sampled_from(list(SECTIONS)),
                                                            st.sampled_from(sum(_FIELDS.values(), [])),
                                                            st.text(max_size=12)), max_size=3))
+@example(overrides=["proposer.model=m", "search.islands=2", "eval.timeout_s=5"])    # loads: the last is checked
+@example(overrides=["search={islands: 3, topology: full}"])
+@example(overrides=["search.islands=2", "search.backend=cpu"])           # refused: backend is an eval key
 def test_fuzz_set_overrides(overrides):
     try:
-        load_config(None, overrides)
-    except ConfigError:
-        pass
+        cfg = load_config(None, overrides)
+    except ConfigError as e:
+        # the error names the --set at fault, or the configuration when only the whole is wrong
+        culprits = tuple(f"--set {ov}" for ov in overrides) + tuple(f"--set {ov!r}" for ov in overrides)
+        assert str(e).startswith(culprits + ("configuration:",)), f"the error names no culprit: {e}"
+        return
+    if not overrides:
+        assert cfg == RunConfig()
+        return
+    # It loaded: the last --set is in effect as given (an earlier one of the same key is overridden).
+    keys, value = parse_override(overrides[-1])
+    for k in reversed(keys):
+        value = {k: value}
+    _assert_applied(cfg, value)
 
 
 _REFS = [VALID_REF, None, "def reference(a)\n", "raise RuntimeError('boom')\n", "reference = 3\n",
@@ -300,16 +344,42 @@ def _corrupted_packages(draw):
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=_corrupted_packages(), ref=st.sampled_from(_REFS))
+@example(data=VALID_TASK, ref=VALID_REF)                        # loads: the task is checked against it
+@example(data={**VALID_TASK, "name": None}, ref=VALID_REF)     # refused: the error names the file
+@example(data={**VALID_TASK, "colour": "red"}, ref=VALID_REF)
 def test_fuzz_task_package_loader(data, ref):
     with tempfile.TemporaryDirectory() as d:
         pkg = _package(Path(d) / "pkg", data, ref)
         try:
             task = load_package(pkg)
-        except TaskError:
+        except TaskError as e:
+            assert str(pkg) in str(e), f"the error does not name the package's file: {e}"
             return
-        # It loaded: its shapes and cost model must then be usable too.
-        for shape in task.shapes:
-            try:
-                task.cost(shape)
-            except (TaskError, ValueError):
-                pass
+    # It loaded: it is the task the task.yaml describes...
+    assert isinstance(data, dict)
+    assert task.name == data.get("name", "pkg")
+    args = data["args"] + (data.get("scalars") or [])
+    assert [a.name for a in task.args] == [a["name"] for a in args]
+    assert task.outputs, "a task without an output tensor loaded"
+    assert set(task.shapes) == {str(k) for k in data["shapes"]} and task.shapes   # (safe_dump sorts keys)
+    for key, default in (("rtol", 1e-4), ("atol", 1e-5), ("input_scale", 1.0)):
+        have = task.input_scale if key == "input_scale" else getattr(task, key)
+        assert _same(have, float(data.get(key, default))), f"{key}: loaded {have!r}, task.yaml says {data.get(key)!r}"
+    # ...and its shapes and cost model are usable too: the loader checked every cost expression.
+    for shape in task.shapes:
+        b, f = task.cost(shape)
+        assert isinstance(b, float) and isinstance(f, float)
+
+
+@pytest.mark.parametrize("override,words", [
+    ("eval.timeout_s=.nan", ["eval.timeout_s", "finite"]),
+    ("search.explore=.inf", ["search.explore", "finite"]),
+    ("sea\nrch.islands=2", ["unknown key", "'sea\\nrch'"]),
+])
+def test_a_bad_override_is_refused_in_one_line(override, words):
+    from kfray.config import load_config
+    from kfray.errors import ConfigError
+    with pytest.raises(ConfigError) as e:
+        load_config(None, [override])
+    msg = str(e.value)
+    assert "\n" not in msg and all(w in msg for w in words), msg

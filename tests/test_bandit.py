@@ -163,7 +163,7 @@ def test_budget_stops_the_island_cleanly():
 def test_token_budget_ends_a_real_run(ray_local, tmp_path, tmp_cache):
     import threading
 
-    from kfray.run import run_search
+    from kfray.driver import run_search
 
     task = load_task("softmax")
     with PerModelServer({"m-a": _good_answer(task), "m-b": "no code here"}) as srv:

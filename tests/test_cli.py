@@ -18,8 +18,9 @@ def test_default_run_through_the_cli(ray_local, tmp_path, tmp_cache, capsys):
     assert max(t["best_speedup_vs_seed"] for t in s["tasks"].values()) >= 1.5
     assert s["migrations"] >= 1 and s["prompt_generations"] >= 2 and s["islands"] == 12
     db = sqlite3.connect(run_dir / "kfray.db")
-    for (state,) in db.execute("SELECT state FROM islands"):
-        assert len(json.loads(state)["archive"]["elites"]) >= 4
+    states = [json.loads(state) for (state,) in db.execute("SELECT state FROM islands")]
+    assert len(states) == s["islands"] == 12, "one stored state per island"
+    assert all(len(state["archive"]["elites"]) >= 4 for state in states)
     assert main(["status", str(run_dir)]) == 0
     assert "prompt generations" in capsys.readouterr().out
 

@@ -69,7 +69,9 @@ def test_seed_compiles_with_ptxas_facts(backend, task, seed):
 def test_every_setting_of_a_small_space_compiles(backend):
     task = load_task("softmax")
     seed = next(s for s in task.seeds_for("cuda") if s.name == "block")
-    for setting in parse_params(seed.source).settings():
+    settings = list(parse_params(seed.source).settings())
+    assert len(settings) >= 2 and len({s["BLOCK"] for s in settings}) >= 2, settings   # a space, not one point
+    for setting in settings:
         b = backend.compile(seed.source, setting, task)
         assert max(k["smem_bytes"] for k in b.facts["kernels"].values()) == 4 * setting["BLOCK"]
 

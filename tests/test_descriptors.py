@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from kfray.search.descriptors import (DIMENSIONS, LEVELS, TABLES, describe, level_name,
+from kfray.descriptors import (DIMENSIONS, LEVELS, TABLES, describe, level_name,
                                       step_directive, strip_comments)
 
 SEEDS = Path(__file__).resolve().parents[1] / "kfray" / "tasks" / "seeds" / "cpu"

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from kfray.config import load_config
-from kfray.run import resume_search, run_search
+from kfray.driver import resume_search, run_search
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -154,3 +154,40 @@ def test_driver_sigkilled_then_resumed_loses_nothing_and_repeats_nothing(ray_loc
     assert before <= after, f"lost in the crash: {before - after}"
     status = json.loads(_rows(db, "SELECT value FROM meta WHERE key = 'status'")[0][0])
     assert status == "finished"
+
+
+def test_sigterm_ends_a_run_cleanly_and_resume_finishes_it(ray_local, tmp_path, tmp_cache):
+    """What scancel, `ray job stop` or a preempted node sends: the driver records what finished,
+    releases its actors, says so in one line and exits 143; `kfray resume` then completes the run."""
+    budget, k = 12, 4
+    run_dir = tmp_path / "term"
+    db = run_dir / "kfray.db"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "KFRAY_CACHE": str(tmp_cache)}
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kfray.cli", "run", "--task", "axpb", "--quiet", "--run-dir", str(run_dir),
+         "--set", "search.islands=2", "--set", f"search.budget={budget}", "--set", "eval.evaluators=2",
+         "--set", "eval.tune_budget=0", "--set", f"eval.cache_dir={tmp_cache}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=str(ROOT), start_new_session=True)
+    try:
+        _wait(lambda: _count(db) >= k or proc.poll() is not None, 180, f"{k} evaluated candidates")
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+        proc.send_signal(signal.SIGTERM)              # to the driver alone, as `ray job stop` does
+        rc = proc.wait(90)
+        err = proc.stderr.read().decode()
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert rc == 128 + signal.SIGTERM, err[-3000:]
+    said = [ln for ln in err.splitlines() if ln.startswith("kfray:")]
+    assert len(said) == 1 and "stopped by SIGTERM" in said[0] and f"kfray resume {run_dir}" in said[0], err[-3000:]
+    assert "Traceback" not in err and "SIGTERM received" not in err, err[-3000:]
+    status = json.loads(_rows(db, "SELECT value FROM meta WHERE key = 'status'")[0][0])
+    assert status == "stopped"
+    before = {i for i, in _rows(db, "SELECT id FROM candidates")}
+    assert k <= len(before) < budget
+    summary = resume_search(run_dir, progress=False)
+    assert summary["tasks"]["axpb"]["evaluated"] == budget
+    assert before <= _check_db(db, budget)

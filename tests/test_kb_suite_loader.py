@@ -18,7 +18,7 @@ from kfray.tasks import discover  # noqa: E402
 from kfray.tasks.base import Scalar, Task, Tensor  # noqa: E402
 from kfray.tasks.kernelbench import load_kernelbench  # noqa: E402
 from kfray.tasks.suite_spec import KB_TOLERANCE, format_gib, over_limit  # noqa: E402
-from kfray.tasks.torch_ref import _build_real  # noqa: E402
+from kfray.tasks.torch_ref import build_real as _build_real  # noqa: E402
 
 FIX = Path(__file__).parent / "data" / "kernelbench" / "level_fixtures"
 

@@ -126,7 +126,7 @@ def test_evolver_uses_llm_rewrite(monkeypatch):
     import types
 
     from kfray.config import ProposerConfig
-    from kfray.prompts.evolver import PromptEvolver
+    from kfray.search.prompt_evolver import PromptEvolver
 
     class FakeLLM:
         def __init__(self, cfg):
@@ -145,7 +145,7 @@ def test_evolver_uses_llm_rewrite(monkeypatch):
 
 def test_prompt_evolver_actor(ray_local):
     ray = ray_local
-    from kfray.prompts.evolver import make_prompt_evolver
+    from kfray.search.prompt_evolver import make_prompt_evolver
 
     name = "test-prompt-evolver"
     h = make_prompt_evolver(name, PromptConfig(population=3, evolve_every=2), seed=0)

@@ -11,7 +11,7 @@ from kfray.config import load_config
 from kfray.report.data import load_run
 from kfray.report.html import lineage_html, write_report
 from kfray.report.roofline import ceilings, shape_rows
-from kfray.run import run_search
+from kfray.driver import run_search
 
 
 @pytest.fixture(scope="module")

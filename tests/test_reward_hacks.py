@@ -297,7 +297,9 @@ def test_speedup_beyond_the_roofline_is_flagged_and_not_trusted(tmp_path):
 # --- no correct seed is rejected ---------------------------------------------------------------------
 @pytest.mark.parametrize("task", ["axpb", "softmax", "matmul"])
 def test_every_builtin_seed_passes_every_defence(evaluator, task):
-    for seed in load_task(task).seeds_for("cpp"):
+    seeds = load_task(task).seeds_for("cpp")
+    assert seeds and seeds[0].name == "naive", f"{task}: cpp seeds {[s.name for s in seeds]}, naive first"
+    for seed in seeds:
         r = _eval(evaluator, seed.source, task=task)
         assert r.tier == 5, f"{task}/{seed.name}: {r.reason}"
         assert not r.facts.get("flags") and r.speedup > 0, f"{task}/{seed.name}: {r.facts.get('flags')}"

@@ -122,7 +122,7 @@ def test_filter_flags_are_shown_and_skipped_by_a_sweep(capsys):
 def test_tasks_command_fails_with_a_count_per_reason(capsys):
     assert main(["tasks", str(SUITE)]) == 1
     out = capsys.readouterr().out
-    assert "4 of 5 tasks load; 1 cannot" in out
+    assert "5 of 6 tasks load; 1 cannot" in out
     line = next(ln for ln in out.splitlines() if "suite's own bug" in ln and "suite_bug" in ln)
     assert line.split()[0] == "1" and "Model()" in line
     why = dict(discover(str(SUITE)))[f"rkb:{SUITE / 'suite_bug'}"]        # the message in the table, one line

@@ -42,23 +42,49 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of the process, all its threads."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _maps(pid: int, folder: Path) -> bool:
+    """Whether the process has a library from `folder` (the compile cache) loaded."""
+    try:
+        return str(folder) in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+
+
 def test_a_hung_kernel_dies_with_its_evaluator(tmp_path):
+    cache = tmp_path / "cache"
     script = tmp_path / "evaluator.py"
     script.write_text(
         "import sys\nfrom kfray.candidate import Candidate\nfrom kfray.config import EvalConfig\n"
         "from kfray.eval.evaluator import Evaluator\n"
-        f"ev = Evaluator('cpu', EvalConfig(cache_dir={str(tmp_path / 'cache')!r}, timeout_s=300, tune_budget=0))\n"
+        f"ev = Evaluator('cpu', EvalConfig(cache_dir={str(cache)!r}, timeout_s=300, tune_budget=0))\n"
         "ev.sandbox._start()\nprint(ev.sandbox.proc.pid, flush=True)\n"
         f"src = '#include <cstdint>\\n' + {SIG!r} + '{{ volatile int s = 1; while (s) {{}} return 0; }}'\n"
-        "ev.evaluate(Candidate(task='axpb', language='cpp', source=src, params={}))\n")
+        "r = ev.evaluate(Candidate(task='axpb', language='cpp', source=src, params={}))\n"
+        "print('returned', r['tier'], r['reason'], flush=True)\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
     try:
         worker = int(proc.stdout.readline())
-        time.sleep(8)                         # compiled by now, and spinning in the sandbox
-        assert _alive(worker)
+        # The kernel really hangs in the sandbox: the worker loaded the built library from the cache...
+        deadline = time.time() + 60
+        while not _maps(worker, cache) and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.2)
+        assert _maps(worker, cache), f"the sandbox never loaded the kernel (evaluator exit code {proc.poll()})"
+        # ...and spins in it, burning CPU, while the evaluation does not come back (not even the timeout).
+        cpu0, t0 = _cpu_seconds(worker), time.time()
+        time.sleep(3)
+        spun, waited = _cpu_seconds(worker) - cpu0, time.time() - t0
+        assert spun > 0.1 * waited, f"the worker used {spun:.2f} s of CPU in {waited:.1f} s: it is not spinning"
+        assert proc.poll() is None and _alive(worker), "the evaluation ended: the kernel did not hang"
         proc.kill()                           # the evaluator dies without a word to its worker
         proc.wait(10)
+        assert "returned" not in proc.stdout.read(), "the evaluation came back: the kernel did not hang"
         deadline = time.time() + 15
         while _alive(worker) and time.time() < deadline:
             time.sleep(0.2)

@@ -180,7 +180,7 @@ def test_an_llm_search_evolves_a_kernelbench_task_in_kernelbenchs_form(ray_local
     """The search proposes ModelNew files (the model answers in KernelBench's form, told its contract),
     judges them the suite's way, and writes the best as a ModelNew file the suite's form takes."""
     from kfray.config import load_config
-    from kfray.run import run_search
+    from kfray.driver import run_search
     from llm_server import ScriptedServer
 
     answer = f"A single clamp replaces the ReLU.\n\n```python\n{LLM_MODELNEW}```\n"

@@ -15,11 +15,10 @@ import pytest
 
 from kfray.candidate import TIER_COMPILE_ERROR, TIER_CORRECT, TIER_WRONG_VALUES, Candidate, EvalResult
 from kfray.config import EvalConfig, RunConfig, SearchConfig, load_config
-from kfray.eval.backends import sycl_runtime as rt
-from kfray.eval.backends.sycl import (Launch, clean_diagnostics, inject_defines, launch_ranges,
-                                      line_shift, parse_launches)
-from kfray.search.descriptors import describe
-from kfray.source import parse_params
+from kfray.eval.backends.sycl import clean_diagnostics, inject_defines, line_shift
+from kfray.eval.backends.sycl import runtime as rt
+from kfray.descriptors import describe
+from kfray.source import Launch, launch_ranges, parse_launches, parse_params
 from kfray.tasks import load_task
 
 DEVICE = "opencl:cpu"
@@ -117,7 +116,7 @@ def test_seeds_and_descriptors_for_sycl_and_opencl():
 
 
 def test_kernel_contract_states_the_task_arguments():
-    from kfray.eval.backends.sycl import kernel_contract
+    from kfray.prompts.contracts import kernel_contract
 
     jit = kernel_contract(load_task("axpb"), "sycl_jit")
     assert "void my_kernel(const float* x, float* y, float a, float b, int64_t n)" in jit
@@ -160,7 +159,7 @@ def test_no_device_error_names_the_icd_fix(tmp_path):
     import sys
 
     env = {**os.environ, "OCL_ICD_FILENAMES": str(tmp_path / "nothing.so"), "ONEAPI_DEVICE_SELECTOR": "opencl:cpu"}
-    out = subprocess.run([sys.executable, "-m", "kfray.eval.backends.sycl_runtime", "--probe", "opencl:cpu"],
+    out = subprocess.run([sys.executable, "-m", "kfray.eval.backends.sycl", "--probe", "opencl:cpu"],
                          capture_output=True, text=True, env=env, timeout=120)
     report = json.loads(out.stdout.strip().splitlines()[-1])
     if report["selected"] is not None:
@@ -302,7 +301,7 @@ def test_aot_form_needs_icpx(sycl_cache):
 @needs_device
 def test_short_search_on_opencl_cpu_beats_its_seed(ray_local, tmp_path, sycl_cache):
     _require_device()
-    from kfray.run import run_search
+    from kfray.driver import run_search
 
     cfg = RunConfig(tasks=["matmul"],
                     search=SearchConfig(islands=2, budget=8, batch=2, migrate_every=1, migrants=1, seed=1),

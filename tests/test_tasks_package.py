@@ -125,9 +125,11 @@ def test_package_seed_is_correct_through_the_sandbox(tmp_path):
 
     ev = Evaluator("cpu", EvalConfig(cache_dir=str(tmp_path / "cache"), timeout_s=30))
     try:
-        for name in ("vscale", "rowmax"):
+        for name, strategies in (("vscale", ["naive", "simd"]), ("rowmax", ["naive"])):
             ref = f"package:{DATA / name}"
-            for seed in load_task(ref).seeds_for("cpp"):
+            seeds = load_task(ref).seeds_for("cpp")
+            assert [s.name for s in seeds] == strategies, f"{name}: the seeds in its seeds/ folder"
+            for seed in seeds:
                 c = Candidate(task=ref, language="cpp", source=seed.source,
                               params=parse_params(seed.source).default())
                 r = EvalResult.from_dict(ev.evaluate(c))

@@ -160,7 +160,7 @@ def evaluator_options(backend_name: str, cfg: EvalConfig) -> dict[str, Any]:
         if cfg.accelerator_type:   # e.g. H200: Ray advertises accelerator_type:H200 on such nodes
             resources[f"accelerator_type:{cfg.accelerator_type}"] = 0.001
     elif backend_name == "sycl":   # one device: compile ahead in threads, the sandbox run holds the lock
-        from kfray.eval.backends.sycl_runtime import evaluator_resources
+        from kfray.eval.backends.sycl.runtime import evaluator_resources
         opts["max_concurrency"] = cfg.compile_workers + 1
         resources.update(evaluator_resources(cfg, ray.cluster_resources()) or {})  # sycl_gpu / sycl_cpu
     num_gpus = cfg.num_gpus if cfg.num_gpus >= 0 else (1 if backend_name in ("cuda", "torch_ext_cuda") else 0)

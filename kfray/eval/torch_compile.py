@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from kfray.eval.closeness import compare
+
 _TIMES: dict[tuple, tuple[float | None, str]] = {}   # (task ref, shape, device) -> (seconds, why not)
 
 
@@ -34,8 +36,6 @@ def _measure(task, shape: str, hosts: list[dict], device: str, job: dict) -> tup
         return None, "the reference is not PyTorch"
     import torch
     from torch.func import functional_call
-
-    from kfray.eval.measure import compare
 
     problem = task.problem
     torch.manual_seed(0)

@@ -1,1 +1,3 @@
-"""Prompt building and the co-evolved meta-prompt population."""
+"""Prompt building, kernel contracts and the co-evolved meta-prompt population."""
+
+__all__: list[str] = []       # modules are imported by name: kfray.prompts.builder, .population, ...

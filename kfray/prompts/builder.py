@@ -5,7 +5,8 @@ stays cheap and well inside any model's context window.
 """
 from __future__ import annotations
 
-from kfray.proposers.base import Elite, ProposalContext
+from kfray.prompts.contracts import kernel_contract
+from kfray.proposal import Elite, ProposalContext
 
 DIMENSIONS = ("memory", "compute", "parallelism")
 MAX_SOURCE_LINES = 200          # parent / seed source
@@ -38,7 +39,7 @@ def _truncate(source: str, max_lines: int) -> str:
 def _level(dim: str, level: int) -> str:
     """Name a descriptor level; falls back to plain numbers while descriptors is unavailable."""
     try:
-        from kfray.search.descriptors import level_name
+        from kfray.descriptors import level_name
         return f"{dim} level {level} ({level_name(dim, level)})"
     except Exception:  # ImportError, or an unknown level
         return f"{dim} level {level}"
@@ -89,7 +90,6 @@ def user_message(ctx: ProposalContext) -> str:
     parts.append(_section("Task", body))
 
     if lang in ("sycl_jit", "opencl"):    # run-time compiled kernels: no host code, launches declared
-        from kfray.eval.backends.sycl import kernel_contract
         parts.append(_section("Kernel contract", kernel_contract(task, lang)))
     if lang == "suite":                   # the suite's own form: its contract, not kf_forward's
         from kfray.tasks.suite_form import contract as suite_contract

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import yaml
 
-from kfray.proposers.base import MetaPrompt
+from kfray.proposal import MetaPrompt
 
 SECTIONS = ("philosophy", "strategies", "pitfalls", "analysis")
 HINTS = ("mutate_params", "switch_strategy", "recombine", "toggle_simd", "toggle_parallel", "")

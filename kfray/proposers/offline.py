@@ -21,7 +21,7 @@ import time
 from kfray.candidate import Candidate
 from kfray.proposers import loop_edits
 from kfray.proposers.base import ProposalContext, Proposer
-from kfray.search.descriptors import describe
+from kfray.descriptors import describe
 from kfray.source import parse_params
 
 OPERATORS = ("mutate_params", "switch_strategy", "recombine", "toggle_simd", "toggle_parallel", "use_fma",

@@ -6,11 +6,27 @@ An elite is replaced only by a candidate whose fitness gain exceeds the measured
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import IntEnum
 
 from kfray.candidate import Candidate, EvalResult
-from kfray.proposers.base import Elite
+from kfray.proposal import Elite
 
-NEW_CELL, REPLACED, REJECTED = "new_cell", "replaced", "rejected"
+
+class Outcome(IntEnum):
+    """What became of a candidate offered to the archive; ordered, and true when it got in (as
+    pyribs' AddStatus): `if archive.insert(c, r):`."""
+
+    REJECTED = 0
+    REPLACED = 1
+    NEW_CELL = 2
+
+    @property
+    def label(self) -> str:
+        """As records, the database and summary counts spell it: new_cell, replaced, rejected."""
+        return self.name.lower()
+
+
+NEW_CELL, REPLACED, REJECTED = Outcome.NEW_CELL, Outcome.REPLACED, Outcome.REJECTED
 
 
 @dataclass
@@ -22,8 +38,8 @@ class Archive:
         self._elites: dict[tuple[int, ...], Elite] = {}
         self.visits: dict[tuple[int, ...], int] = {}     # times a cell's elite was chosen as parent
 
-    def insert(self, cand: Candidate, result: EvalResult) -> str:
-        """Place a candidate in its cell; returns new_cell, replaced or rejected."""
+    def insert(self, cand: Candidate, result: EvalResult) -> Outcome:
+        """Place a candidate in its cell: NEW_CELL, REPLACED or REJECTED."""
         cell = tuple(cand.cell)
         if len(cell) != len(self.dims) or any(not 0 <= c < d for c, d in zip(cell, self.dims)):
             raise ValueError(f"cell {cell} outside the archive's grid {self.dims}")

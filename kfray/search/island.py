@@ -12,9 +12,10 @@ from typing import Any, Callable
 
 from kfray.candidate import Candidate, EvalResult
 from kfray.config import SearchConfig
-from kfray.proposers.base import Elite, MetaPrompt, ProposalContext, Proposer
-from kfray.search.archive import Archive
-from kfray.search.descriptors import DIMENSIONS, describe, step_directive
+from kfray.proposal import Elite, MetaPrompt, ProposalContext
+from kfray.proposers.base import Proposer
+from kfray.search.archive import REJECTED, Archive
+from kfray.descriptors import DIMENSIONS, describe, step_directive
 from kfray.search.qd_gradient import QDGradient, classify
 from kfray.source import normalize, parse_params, source_hash
 from kfray.search.sampling import select_inspirations, select_parent, target_cell
@@ -202,7 +203,7 @@ class Island:
             if key in self._stop_keys or cand.origin == "stop:budget":
                 self._parents.pop(child_id or cand.id, None)
                 if not cand.source.strip():
-                    records.append({"candidate_id": cand.id, "prompt_id": None, "outcome": "rejected",
+                    records.append({"candidate_id": cand.id, "prompt_id": None, "outcome": REJECTED.label,
                                     "fitness": res.fitness, "parent_fitness": 0.0, "improvement": 0.0,
                                     "stop": True})
                 continue
@@ -210,7 +211,7 @@ class Island:
             tuned = self._settle(cand, res)
             if self.single:                 # known kernels come back with their own cells
                 self.describe(cand)
-            outcome = self.archive.insert(cand, res)
+            outcome = self.archive.insert(cand, res).label
             self.evaluated += 1
             self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
             improvement = res.fitness - pfit
@@ -245,7 +246,7 @@ class Island:
         self.seen.update(source_hash(c.source, c.params) for c, _ in pairs)
         for c, r in pairs:
             self._settle(c, r)
-        return sum(self.archive.insert(self.describe(c), r) != "rejected" for c, r in pairs)
+        return sum(bool(self.archive.insert(self.describe(c), r)) for c, r in pairs)
 
     def summary(self) -> dict[str, Any]:
         best = self.archive.best()

@@ -20,18 +20,30 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Iterable
 
-NEW_CELL, REPLACED, IMPROVEMENT, REGRESSION, NEUTRAL = "new_cell", "replaced", "improvement", "regression", "neutral"
-KINDS = (NEW_CELL, REPLACED, IMPROVEMENT, REGRESSION, NEUTRAL)
+
+class Kind(StrEnum):
+    """A parent -> child transition's kind (a string too: records and the database hold it as is)."""
+
+    NEW_CELL = "new_cell"
+    REPLACED = "replaced"
+    IMPROVEMENT = "improvement"
+    REGRESSION = "regression"
+    NEUTRAL = "neutral"
+
+
+NEW_CELL, REPLACED, IMPROVEMENT, REGRESSION, NEUTRAL = Kind
+KINDS = tuple(Kind)
 SUCCESS = (NEW_CELL, REPLACED, IMPROVEMENT)
 
 
-def classify(archive_outcome: str, delta: float, eps: float = 1e-9) -> str:
+def classify(archive_outcome: str, delta: float, eps: float = 1e-9) -> Kind:
     """The transition's kind: the archive's verdict when it took the child, else the fitness change."""
     if archive_outcome in (NEW_CELL, REPLACED):
-        return archive_outcome
+        return Kind(archive_outcome)
     if delta > eps:
         return IMPROVEMENT
     if delta < -eps:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import random
 
-from kfray.proposers.base import Elite
+from kfray.proposal import Elite
 from kfray.search.archive import Archive
 
 

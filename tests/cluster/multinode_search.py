@@ -15,7 +15,7 @@ import ray
 from ray.cluster_utils import Cluster
 
 from kfray.config import load_config
-from kfray.run import run_search
+from kfray.driver import run_search
 
 run_dir = sys.argv[1]
 cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"head": 1}})

@@ -94,7 +94,7 @@ _BACKENDS: dict[str, str] = {
     "sycl": "kfray.eval.backends.sycl:SyclBackend",
     "sim": "kfray.eval.backends.sim:SimBackend",
     "torch_ext_cpu": "kfray.eval.backends.torch_ext:TorchExtCpuBackend",
-    "torch_ext_cuda": "kfray.eval.backends.torch_ext:TorchExtCudaBackend",
+    "torch_ext_cuda": "kfray.eval.backends.torch_ext_cuda:TorchExtCudaBackend",
 }
 
 

@@ -2,11 +2,12 @@
 caller's current stream, the stream the suites' CUDA events time.
 
 Events on that stream cannot see work elsewhere, so such a kernel would look free. The probe runs
-the kernel once more with the current stream held by a spinning kernel (kfray/eval/backends/cuda.py
-`_Hold`) and the floating inputs poisoned with NaN, their restore queued behind the hold: a kernel
-whose work is ordered on the stream sees the restored inputs and gives the unhurried result; one
-that works on another stream reads the poison meanwhile and gives something else. A kernel that
-synchronizes inside waits out the hold's timeout instead, and gets no verdict from the probe.
+the kernel once more with the current stream held by a spinning kernel (`StreamHold`, in
+kfray/eval/backends/cuda/probe.py) and the floating inputs poisoned with NaN, their restore queued
+behind the hold: a kernel whose work is ordered on the stream sees the restored inputs and gives
+the unhurried result; one that works on another stream reads the poison meanwhile and gives
+something else. A kernel that synchronizes inside waits out the hold's timeout instead, and gets
+no verdict from the probe.
 """
 from __future__ import annotations
 
@@ -25,12 +26,12 @@ def probe_case(backend, judge, case) -> str | None:
     try:
         import cupy as cp
 
-        from kfray.eval.backends.cuda import _Hold
+        from kfray.eval.backends.cuda import StreamHold
     except ImportError:
         return None
     hold = getattr(backend, "_suite_hold", None)
     if hold is None:
-        hold = _Hold.create(cp)
+        hold = StreamHold.create(cp)
         backend._suite_hold = hold if hold is not None else False
     if not hold:
         return None

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from kfray.config import PromptConfig
-from kfray.proposers.base import MetaPrompt
+from kfray.proposal import MetaPrompt
 from kfray.prompts.population import MetaPromptPopulation
 
 

@@ -1,4 +1,4 @@
-"""The SYCL runtime as kfray finds it: packages, OpenCL ICD set-up, devices, facts, host tools.
+"""The SYCL runtime as kfray finds it: packages, OpenCL ICD set-up, devices, facts, Ray resources.
 
 Everything here works from the pip packages of the `sycl` extra (dpctl, intel-sycl-rt,
 intel-opencl-rt) or from a oneAPI install named by $KFRAY_SYCL_ROOT, and imports dpctl lazily, so
@@ -9,17 +9,13 @@ the module imports where SYCL is missing.
   no OpenCL CPU device). It must run before the SYCL runtime's first device query in a process.
 - `select_device(filter)` returns a dpctl device, or raises BackendError that lists what exists
   and names the fix.
-- `host_tools()` builds kfray's C++ host library and compile tool with g++ against the SYCL
-  headers on first use, into the compile cache, keyed by their sources and the runtime version.
+- `probe(filter)` asks a fresh process (`python -m kfray.eval.backends.sycl --probe`) for the
+  devices, so the caller's own SYCL runtime never starts.
 """
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import os
-import shutil
 import subprocess
-import threading
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import metadata
@@ -28,8 +24,6 @@ from typing import Any
 
 from kfray.errors import BackendError
 
-HOST_DIR = Path(__file__).with_name("sycl_host")
-HOST_SOURCES = ("kfray_sycl_host.cpp", "kfray_sycl_compile.cpp")
 FIX = ("The usual fix: point OCL_ICD_FILENAMES at the Intel OpenCL CPU runtime of the intel-opencl-rt "
        "package (export OCL_ICD_FILENAMES={lib}); its shipped .icd file points nowhere. For Intel GPUs "
        "install the GPU compute runtime (Level Zero / intel-opencl-icd) on the machine.")
@@ -195,7 +189,7 @@ def _probe(filter_str: str):
     import sys
 
     ensure_icd_env()
-    cmd = [sys.executable, "-m", "kfray.eval.backends.sycl_runtime", "--probe", filter_str]
+    cmd = [sys.executable, "-m", "kfray.eval.backends.sycl", "--probe", filter_str]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=dict(os.environ))
     except subprocess.TimeoutExpired:
@@ -208,7 +202,8 @@ def _probe(filter_str: str):
     return json.loads(lines[-1])
 
 
-def _probe_main(filter_str: str) -> dict[str, Any]:
+def probe_report(filter_str: str) -> dict[str, Any]:
+    """What `--probe` prints: discovery done in this process (which must not have asked dpctl yet)."""
     ensure_icd_env()
     out: dict[str, Any] = {"devices": [], "selected": None, "error": None}
     try:
@@ -239,100 +234,3 @@ def evaluator_resources(cfg, cluster: dict) -> dict[str, float]:
         if cluster.get(k, 0) > 0:
             return {k: 0.001}
     return {}
-
-
-# --- host tools ---------------------------------------------------------------------------------
-_BUILD_LOCK = threading.Lock()
-
-
-@dataclass(frozen=True)
-class HostTools:
-    library: Path       # kfray_sycl_host.so: loaded by ctypes in the sandbox
-    compiler: Path      # kfray_sycl_compile: one process per candidate compile
-
-
-def _cxx() -> str:
-    cxx = os.environ.get("CXX") or shutil.which("g++")
-    if not cxx:
-        raise BackendError("the sycl backend builds its host library with g++ and none is on PATH; "
-                           "install it (Debian/Ubuntu: apt-get install g++) or set CXX")
-    return cxx
-
-
-def host_tools(cache_root: Path) -> HostTools:
-    """Build (once, cached) kfray's SYCL host library and compile tool; return their paths."""
-    root = sycl_root()
-    cxx = _cxx()
-    h = hashlib.sha256()
-    for name in HOST_SOURCES:
-        h.update((HOST_DIR / name).read_bytes())
-    h.update(f"{root.version}|{root.include}|{root.lib}|{root.opencl_lib}|{cxx}".encode())
-    out = Path(cache_root) / "sycl-host" / h.hexdigest()[:20]
-    tools = HostTools(out / "libkfray_sycl_host.so", out / "kfray_sycl_compile")
-    if tools.library.exists() and tools.compiler.exists():
-        return tools
-    with _BUILD_LOCK:
-        out.mkdir(parents=True, exist_ok=True)
-        with open(out / ".lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)          # other processes building the same tools wait
-            try:
-                if not (tools.library.exists() and tools.compiler.exists()):
-                    _build(cxx, root, out, tools)
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
-    return tools
-
-
-def _build(cxx: str, root: SyclRoot, out: Path, tools: HostTools) -> None:
-    common = ["-std=c++17", "-O2", "-DSYCL_DISABLE_FSYCL_SYCLHPP_WARNING=1", f"-I{root.include}"]
-    # RPATH (not RUNPATH) so the runtime's own dependencies (libsvml, libimf...) resolve too.
-    link = [f"-L{root.lib}", "-lsycl", f"-Wl,--disable-new-dtags,-rpath,{root.lib}"]
-    ocl = []
-    if root.opencl_lib is not None:
-        ocl = [f"-L{root.opencl_lib.parent}", "-lOpenCL", f"-Wl,-rpath,{root.opencl_lib.parent}"]
-    else:
-        ocl = ["-lOpenCL"]
-    pid = os.getpid()
-    jobs = [
-        ([cxx, *common, "-shared", "-fPIC", "-fvisibility=hidden", str(HOST_DIR / HOST_SOURCES[0]),
-          "-o", str(out / f".host.{pid}.so"), *link], out / f".host.{pid}.so", tools.library),
-        ([cxx, *common, str(HOST_DIR / HOST_SOURCES[1]), "-o", str(out / f".compile.{pid}"), *link, *ocl],
-         out / f".compile.{pid}", tools.compiler),
-    ]
-    procs = [(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), tmp, final)
-             for cmd, tmp, final in jobs]
-    errors = []
-    for p, tmp, final in procs:
-        _, err = p.communicate(timeout=600)
-        if p.returncode != 0 or not tmp.exists():
-            errors.append(err.strip()[-3000:])
-            tmp.unlink(missing_ok=True)
-        else:
-            os.replace(tmp, final)
-    if errors:
-        raise BackendError("building kfray's SYCL host library with g++ failed:\n" + "\n".join(errors))
-
-
-
-def main(argv: list[str]) -> None:
-    """`python -m kfray.eval.backends.sycl [FILTER | --resources]`: the devices, the selected one,
-    and the Ray resources of this node (`--resources` prints only those, as JSON)."""
-    import json
-
-    if argv[:1] == ["--probe"]:
-        print(json.dumps(_probe_main(argv[1] if len(argv) > 1 else "")))
-        return
-    if argv[:1] == ["--resources"]:      # for `ray start --resources "$(...)"` in cluster scripts
-        print(json.dumps(node_resources()))
-        return
-    report = _probe_main(argv[0] if argv else "")
-    for d in report["devices"]:
-        print(json.dumps(d))
-    print(report["error"] or f"selected: {report['selected']['filter']} ({report['selected']['name']})")
-    print("ray start --resources '" + json.dumps(node_resources()) + "'")
-
-
-if __name__ == "__main__":
-    import sys
-
-    main(sys.argv[1:])

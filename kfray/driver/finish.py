@@ -1,0 +1,112 @@
+"""The end of a run: islands' final states, each task's best kernel written as a file (in a
+suite's own form for suite tasks), and summary.json."""
+from __future__ import annotations
+
+import json
+import re
+import time
+from typing import Any
+
+import ray
+
+from kfray.languages import suffix
+from kfray.tasks import suite_form
+
+
+def finish(co, t_start: float) -> dict[str, Any]:
+    led = co.ledger
+    order = [(ref, i, isl) for ref, isls in co.islands.items() for i, isl in enumerate(isls)]
+    island_states = ray.get([isl.state.remote() for _, _, isl in order])
+    for k, (ref, i, isl) in enumerate(order):     # an island Ray restarted after its last call answers empty
+        if island_states[k]["generation"] != led.tasks[ref].generations[i]:
+            co.recover_island(ref, i)
+            island_states[k] = ray.get(isl.state.remote())
+    nodes = ray.get([isl.node.remote() for _, _, isl in order])
+    co.placement.update({f"island-{s['task']}-{s['index']}": n for s, n in zip(island_states, nodes)})
+    co.store.set_meta(placement=co.placement)
+    cache = cache_stats(co.evaluators)
+    co.store.save_islands(island_states)
+    co.save_prompts(force=True)
+    prompts = ray.get(co.evolver.all_prompts.remote())
+    per_task = {}
+    for ref in led.tasks:
+        per_task[ref] = task_entry(co, ref, island_states)
+    summary = {
+        "tasks": per_task,
+        "islands": len(order),
+        "evaluators": len(co.evaluators),
+        "hardware": co.hardware,
+        "migrations": co.migrations,
+        "prompt_generations": len({p["generation"] for p in prompts}),
+        "evaluated": sum(t.evaluated for t in led.tasks.values()),
+        "hardware_classes": [c.label for c in co.classes],
+        "compile_cache": cache,
+        "cross_hardware": co.cross_hardware,
+        "requeued": sum(c.queue.requeued for c in co.classes),
+        "island_restores": co.island_restores,
+        "per_evaluator": [n for c in co.classes for n in c.queue.per_evaluator],
+        "wall_seconds": round(time.time() - t_start, 2),
+        "run_dir": str(co.run_dir),
+    }
+    usage = llm_usage(island_states)
+    if usage:                          # tokens and cost per model (LLM runs)
+        summary["llm"] = usage
+    (co.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    co.store.set_meta(status="finished", finished=time.time())
+    return summary
+
+
+def task_entry(co, ref: str, island_states: list[dict]) -> dict[str, Any]:
+    """One task's summary entry; its best kernel written under best/."""
+    entry = co.ledger.tally(ref, co.classes[0].label, set(co.by_label))
+    best = co.ledger.tasks[ref].best
+    suite = getattr(co.tasks[ref], "suite", None)
+    if entry["correct"]:
+        write_best(co, ref, best[0], best[1], entry["best_hardware"], suite)
+    cells = {tuple(e["candidate"]["cell"]) for s in island_states if s["task"] == ref for e in s["archive"]["elites"]}
+    entry["cells_filled"] = len(cells)
+    entry["island_cells"] = [len(s["archive"]["elites"]) for s in island_states if s["task"] == ref]
+    order = ["correct", "best_speedup_vs_reference", "best_speedup_vs_seed", "best_hardware", "best_by_hardware",
+             "best_candidate", "best_params", "cells_filled", "island_cells", "evaluated", "correct_count", "migrations"]
+    entry = {k: entry[k] for k in order}
+    figures = best[1].facts.get("suite") if entry["correct"] else None
+    if suite is not None and isinstance(figures, dict):      # the suite's own figures of the best
+        entry["suite"] = {k: figures[k] for k in ("name", "speedup", "speedup_compile", "avg_mean_ms",
+                                                  "ref_avg_mean_ms") if k in figures}
+    return entry
+
+
+def write_best(co, ref: str, c, r, label: str, suite) -> None:
+    best_dir = co.run_dir / "best"
+    best_dir.mkdir(parents=True, exist_ok=True)
+    safe = re.sub(r"[^\w.@-]+", "_", ref).strip("_")     # refs may be paths
+    if c.language == "suite" and suite is not None:      # a file the suite takes unchanged
+        ext, text = suite_form.best_file(c.source, c.params, suite, co.by_label[label].cfg.backend)
+        (best_dir / f"{safe}{ext}").write_text(text)
+    else:
+        (best_dir / f"{safe}{suffix(c.language)}").write_text(
+            f"// kfray best kernel for {ref}: speedup {r.speedup:.3f}x over the reference\n"
+            f"// params: {json.dumps(c.params)}\n" + c.source)
+
+
+def cache_stats(evaluators: list) -> dict:
+    """Compile-cache hits over every evaluator: local, fetched from another node, compiled."""
+    try:
+        per = ray.get([ev.stats.remote() for ev in evaluators], timeout=30)
+    except Exception:
+        return {}
+    tot = {k: sum(p["compile_cache"].get(k, 0) for p in per) for k in ("hits", "remote_hits", "misses")}
+    n = sum(tot.values())
+    tot["hit_rate"] = round((tot["hits"] + tot["remote_hits"]) / n, 4) if n else 0.0
+    return tot
+
+
+def llm_usage(island_states: list[dict]) -> dict:
+    """Tokens and cost per model (each island holds the run-wide ledger's latest snapshot)."""
+    per: dict[str, dict] = {}
+    for s in island_states:
+        for model, row in (s.get("llm_usage") or {}).items():
+            cur = per.setdefault(model, {})
+            for k, v in row.items():
+                cur[k] = max(cur.get(k, 0), v)
+    return per

@@ -1,0 +1,108 @@
+"""When a kernel's output counts as the reference's: the comparison rules of kfray/eval/measure.py.
+
+Kept apart, below both the measurement driver and the torch.compile baseline, because both judge
+outputs by the same rule (and the baseline must not import the driver that imports it).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+MIN_FRACTION_CLOSE = 0.99
+MIN_COSINE = 0.99985
+MIN_EXPLAINED = 0.95        # share of the reference's variation about its mean an output must reproduce
+EXPLAINED_MIN_SPREAD_ULPS = 1000   # ...where that variation exceeds this many ulps (relative) of the dtype
+
+
+def array_module(a):
+    """The array module of `a`: cupy for device arrays (checks run where the data is), else numpy."""
+    if type(a).__module__.startswith("cupy"):
+        import cupy
+        return cupy
+    return np
+
+
+def indexable(a) -> bool:
+    """numpy or cupy arrays: the harness can poison and read single elements in place."""
+    return isinstance(a, np.ndarray) or type(a).__module__.startswith("cupy")
+
+
+def host_array(a) -> np.ndarray:
+    """A numpy copy of a host or device array: small reads (spot values) are compared on the host."""
+    if type(a).__module__.startswith("cupy"):
+        return a.get()
+    return np.asarray(a)
+
+
+def tolerance(task) -> tuple[float, float, bool]:
+    """(rtol, atol, every element) for a task: a suite's task is held to the suite's own rule,
+    allclose over every element at its tolerance, before kfray's rules; other tasks to kfray's."""
+    suite = getattr(task, "suite", None)
+    if suite is not None:
+        return suite.rtol, suite.atol, True
+    return task.rtol, task.atol, False
+
+
+def compare(name: str, got, want, rtol: float, atol: float, poison: float | None = None,
+            every: bool = False) -> str | None:
+    """None when `got` matches `want`; otherwise a short reason for the prompt.
+
+    `poison`: the magnitude of the finite poison written into the output before the call, if any.
+    `every`: the suites' rule first: every element within atol + rtol * |ref| (torch.allclose)."""
+    if tuple(got.shape) != tuple(want.shape):
+        return f"output {name} has shape {tuple(got.shape)}, expected {tuple(want.shape)}"
+    xp = array_module(got)
+    g = got.astype(xp.float64).ravel()
+    w = xp.asarray(want).astype(xp.float64).ravel()
+    unwritten = int(xp.isnan(g).sum()) - int(xp.isnan(w).sum())
+    if unwritten > 0:
+        return f"output {name}: {unwritten} of {g.size} elements were never written (still NaN) or NaN"
+    if poison is not None and g.size:
+        held = int((xp.abs(g) == poison).sum()) - int((xp.abs(w) == poison).sum())
+        if held > 0:
+            return (f"output {name}: {held} of {g.size} elements still hold the value the harness wrote there "
+                    f"before the call ({poison:.3g}): never written, or combined with what was there "
+                    f"(y[i] += ..., y[i] = max(y[i], ...)); compute every output element from the inputs alone")
+    close = xp.abs(g - w) <= atol + rtol * xp.abs(w)
+    if every and not bool((close | (xp.isnan(g) & xp.isnan(w))).all()):
+        bad = int(xp.argmax(~close))
+        return (f"output {name}: {int((~close).sum())} of {g.size} elements outside atol={atol:g} + rtol={rtol:g}*|ref| "
+                f"(the suite's rule: allclose over every element); max abs error "
+                f"{float(xp.nanmax(xp.abs(g - w))):.3g}; first bad index {bad}: got {float(g[bad]):.6g}, "
+                f"expected {float(w[bad]):.6g}")
+    frac = float(close.mean()) if g.size else 1.0
+    denom = float(xp.linalg.norm(g)) * float(xp.linalg.norm(w))
+    cos = float(g @ w) / denom if denom > 0 else (1.0 if bool(xp.allclose(g, w)) else 0.0)
+    finite = bool(xp.isfinite(g).all())
+    if frac < MIN_FRACTION_CLOSE or cos < MIN_COSINE or not finite:
+        bad = int(xp.argmax(~close)) if not bool(close.all()) else 0
+        return (f"output {name}: {100 * (1 - frac):.2f}% of elements outside tolerance, cosine {cos:.6f}, "
+                f"max abs error {float(xp.nanmax(xp.abs(g - w))):.3g}; first bad index {bad}: "
+                f"got {float(g[bad]):.6g}, expected {float(w[bad]):.6g}")
+    return _unexplained(name, g, w, getattr(want, "dtype", np.dtype(np.float64)), xp)
+
+
+def _unexplained(name: str, g, w, dtype, xp) -> str | None:
+    """The variance-explained rule: the error must be small against the reference's own spread.
+
+    A loose tolerance on a reference whose elements are all nearly equal (softmax over many columns
+    of small inputs: every output near 1/cols) accepts a constant; this does not. It applies only
+    where the spread is well above the dtype's rounding, so exact-but-rounded results always pass."""
+    dtype = np.dtype(dtype)
+    if dtype.kind != "f" or w.size < 2:
+        return None
+    ok = xp.isfinite(w)
+    if not bool(ok.all()):
+        g, w = g[ok], w[ok]
+        if w.size < 2:
+            return None
+    spread = float(xp.linalg.norm(w - w.mean()))
+    scale = float(xp.linalg.norm(w))
+    if spread <= EXPLAINED_MIN_SPREAD_ULPS * float(np.finfo(dtype).eps) * scale:
+        return None
+    err = float(xp.linalg.norm(g - w))
+    unexplained = (err / spread) ** 2
+    if unexplained <= 1 - MIN_EXPLAINED:
+        return None
+    return (f"output {name}: within the tolerance, but it reproduces only {max(0.0, 100 * (1 - unexplained)):.1f}% "
+            f"of the reference's variation about its mean (error norm {err:.3g} against a spread of {spread:.3g}; "
+            f"{100 * MIN_EXPLAINED:.0f}% needed): a near-constant output on a low-variance reference is not a result")

@@ -1,0 +1,5 @@
+import sys
+
+from kfray.sweep.cli import main
+
+sys.exit(main())
