@@ -126,17 +126,22 @@ def test_island_killed_mid_run_comes_back_with_its_archive(ray_local, tmp_path, 
     _check_db(db, budget)
 
 
+def _driver(run_dir: Path, budget: int, cache) -> subprocess.Popen:
+    """`kfray run` on axpb in its own process group (the driver and the Ray instance it starts)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "KFRAY_CACHE": str(cache)}
+    env.pop("RAY_ADDRESS", None)
+    return subprocess.Popen(
+        [sys.executable, "-m", "kfray.cli", "run", "--task", "axpb", "--quiet", "--run-dir", str(run_dir),
+         "--set", "search.islands=2", "--set", f"search.budget={budget}", "--set", "eval.evaluators=2",
+         "--set", "eval.tune_budget=0", "--set", f"eval.cache_dir={cache}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=str(ROOT), start_new_session=True)
+
+
 def test_driver_sigkilled_then_resumed_loses_nothing_and_repeats_nothing(ray_local, tmp_path, tmp_cache):
     budget, k = 12, 5
     run_dir = tmp_path / "crash"
     db = run_dir / "kfray.db"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "KFRAY_CACHE": str(tmp_cache)}
-    env.pop("RAY_ADDRESS", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kfray.cli", "run", "--task", "axpb", "--quiet", "--run-dir", str(run_dir),
-         "--set", "search.islands=2", "--set", f"search.budget={budget}", "--set", "eval.evaluators=2",
-         "--set", "eval.tune_budget=0", "--set", f"eval.cache_dir={tmp_cache}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=str(ROOT), start_new_session=True)
+    proc = _driver(run_dir, budget, tmp_cache)
     try:
         _wait(lambda: _count(db) >= k or proc.poll() is not None, 180, f"{k} evaluated candidates")
         assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
@@ -162,13 +167,7 @@ def test_sigterm_ends_a_run_cleanly_and_resume_finishes_it(ray_local, tmp_path, 
     budget, k = 12, 4
     run_dir = tmp_path / "term"
     db = run_dir / "kfray.db"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "KFRAY_CACHE": str(tmp_cache)}
-    env.pop("RAY_ADDRESS", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kfray.cli", "run", "--task", "axpb", "--quiet", "--run-dir", str(run_dir),
-         "--set", "search.islands=2", "--set", f"search.budget={budget}", "--set", "eval.evaluators=2",
-         "--set", "eval.tune_budget=0", "--set", f"eval.cache_dir={tmp_cache}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=str(ROOT), start_new_session=True)
+    proc = _driver(run_dir, budget, tmp_cache)
     try:
         _wait(lambda: _count(db) >= k or proc.poll() is not None, 180, f"{k} evaluated candidates")
         assert proc.poll() is None, proc.stderr.read().decode()[-2000:]

@@ -5,6 +5,8 @@ outputs by the same rule (and the baseline must not import the driver that impor
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 MIN_FRACTION_CLOSE = 0.99
@@ -51,9 +53,11 @@ def compare(name: str, got, want, rtol: float, atol: float, poison: float | None
     if tuple(got.shape) != tuple(want.shape):
         return f"output {name} has shape {tuple(got.shape)}, expected {tuple(want.shape)}"
     xp = array_module(got)
-    g = got.astype(xp.float64).ravel()
-    w = xp.asarray(want).astype(xp.float64).ravel()
-    unwritten = int(xp.isnan(g).sum()) - int(xp.isnan(w).sum())
+    g, w = xp.asarray(got).ravel(), xp.asarray(want).ravel()     # device-memory views (USM) read to the host
+    if g.dtype.kind != "f" or g.dtype.itemsize < 4 or w.dtype != g.dtype:     # ints, halves: judged in float64
+        g, w = g.astype(xp.float64), w.astype(xp.float64)
+    nan_g, nan_w = xp.isnan(g), xp.isnan(w)
+    unwritten = int(nan_g.sum()) - int(nan_w.sum())
     if unwritten > 0:
         return f"output {name}: {unwritten} of {g.size} elements were never written (still NaN) or NaN"
     if poison is not None and g.size:
@@ -62,23 +66,44 @@ def compare(name: str, got, want, rtol: float, atol: float, poison: float | None
             return (f"output {name}: {held} of {g.size} elements still hold the value the harness wrote there "
                     f"before the call ({poison:.3g}): never written, or combined with what was there "
                     f"(y[i] += ..., y[i] = max(y[i], ...)); compute every output element from the inputs alone")
-    close = xp.abs(g - w) <= atol + rtol * xp.abs(w)
-    if every and not bool((close | (xp.isnan(g) & xp.isnan(w))).all()):
+    diff = xp.abs(g - w)
+    close = diff <= atol + rtol * xp.abs(w)
+    if every and not bool((close | (nan_g & nan_w)).all()):
         bad = int(xp.argmax(~close))
         return (f"output {name}: {int((~close).sum())} of {g.size} elements outside atol={atol:g} + rtol={rtol:g}*|ref| "
                 f"(the suite's rule: allclose over every element); max abs error "
-                f"{float(xp.nanmax(xp.abs(g - w))):.3g}; first bad index {bad}: got {float(g[bad]):.6g}, "
+                f"{float(xp.nanmax(diff)):.3g}; first bad index {bad}: got {float(g[bad]):.6g}, "
                 f"expected {float(w[bad]):.6g}")
     frac = float(close.mean()) if g.size else 1.0
-    denom = float(xp.linalg.norm(g)) * float(xp.linalg.norm(w))
-    cos = float(g @ w) / denom if denom > 0 else (1.0 if bool(xp.allclose(g, w)) else 0.0)
+    dot, gg, ww = sums64(g, w, xp)
+    denom = math.sqrt(gg) * math.sqrt(ww)
+    cos = dot / denom if denom > 0 else (1.0 if bool(xp.allclose(g, w)) else 0.0)
     finite = bool(xp.isfinite(g).all())
-    if frac < MIN_FRACTION_CLOSE or cos < MIN_COSINE or not finite:
+    if frac < MIN_FRACTION_CLOSE or not math.isfinite(cos) or cos < MIN_COSINE or not finite:
         bad = int(xp.argmax(~close)) if not bool(close.all()) else 0
         return (f"output {name}: {100 * (1 - frac):.2f}% of elements outside tolerance, cosine {cos:.6f}, "
-                f"max abs error {float(xp.nanmax(xp.abs(g - w))):.3g}; first bad index {bad}: "
+                f"max abs error {float(xp.nanmax(diff)):.3g}; first bad index {bad}: "
                 f"got {float(g[bad]):.6g}, expected {float(w[bad]):.6g}")
     return _unexplained(name, g, w, getattr(want, "dtype", np.dtype(np.float64)), xp)
+
+
+CHUNK = 1 << 16     # elements per float64 block: sums stay exact-ish without a float64 copy of the array
+
+
+def sums64(g, w, xp) -> tuple[float, float, float]:
+    """(g.w, g.g, w.w) accumulated in float64, a block at a time: a float32 dot product over
+    millions of elements loses the digits the cosine rule needs; a whole float64 copy costs more
+    than the kernel being judged."""
+    if g.dtype == xp.float64 or xp is not np:
+        g64, w64 = g.astype(xp.float64, copy=False), w.astype(xp.float64, copy=False)
+        return float(g64 @ w64), float(g64 @ g64), float(w64 @ w64)
+    dot = gg = ww = 0.0
+    for i in range(0, g.size, CHUNK):
+        a, b = g[i:i + CHUNK].astype(np.float64), w[i:i + CHUNK].astype(np.float64)
+        dot += float(a @ b)
+        gg += float(a @ a)
+        ww += float(b @ b)
+    return dot, gg, ww
 
 
 def _unexplained(name: str, g, w, dtype, xp) -> str | None:

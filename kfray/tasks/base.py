@@ -135,8 +135,15 @@ class Task:
                 elif dt is np.bool_:           # a fair coin per element (a mask)
                     out[a.name] = (rng.random(dims) if xp is np else gen.rand(*dims)) < 0.5
                 elif np.issubdtype(dt, np.floating):
-                    x = gen.standard_normal(dims, dtype=dt) if xp is not np else rng.standard_normal(dims).astype(dt)
-                    out[a.name] = x * dt(self.input_scale) if self.input_scale != 1.0 else x
+                    if xp is not np:
+                        x = gen.standard_normal(dims, dtype=dt)
+                    elif dt in (np.float32, np.float64):       # drawn in its own precision: no copy
+                        x = rng.standard_normal(dims, dtype=dt)
+                    else:
+                        x = rng.standard_normal(dims, dtype=np.float32).astype(dt)
+                    if self.input_scale != 1.0:
+                        x *= dt(self.input_scale)
+                    out[a.name] = x
                 elif xp is np:
                     out[a.name] = rng.integers(0, 100, size=dims, dtype=dt)
                 else:
