@@ -12,6 +12,8 @@ import functools
 
 import re
 
+from kfray.languages import LANGUAGES, family
+
 DIMENSIONS = ("memory", "compute", "parallelism")
 LEVELS = 4
 
@@ -126,8 +128,8 @@ def _suite_language(source: str) -> str:
 
 
 def _table(language: str) -> dict:
-    if language == "suite":
-        language = "cuda"
+    if language not in TABLES and language in LANGUAGES:      # e.g. suite: read by its family's table
+        language = family(language)
     if language not in TABLES:
         raise ValueError(f"unknown kernel language {language!r}; expected one of {sorted(TABLES)}")
     return TABLES[language]
@@ -220,4 +222,4 @@ def step_directive(dim: str, level: int, language: str) -> str:
     """A short imperative asking a proposer to move a kernel to `level` on `dim`."""
     _check(dim, level)
     _table(language)
-    return _LEVEL0[dim] if level == 0 else _STEPS["cuda" if language == "suite" else language][dim][level - 1]
+    return _LEVEL0[dim] if level == 0 else _STEPS[language if language in _STEPS else family(language)][dim][level - 1]

@@ -5,6 +5,7 @@ from importlib import resources
 
 import numpy as np
 
+from kfray.languages import suffix
 from kfray.tasks.base import Scalar, Seed, Task, Tensor
 
 _SEED_ORDER = {  # the first strategy of each task is its baseline (the simplest kernel)
@@ -15,7 +16,6 @@ _SEED_ORDER = {  # the first strategy of each task is its baseline (the simplest
 # sycl_jit: SYCL C++ kernels compiled at run time (seeds/sycl); sycl: whole SYCL programs built
 # ahead of time by icpx (seeds/sycl/aot); opencl: OpenCL C kernels (seeds/opencl).
 _LANG_DIR = {"cpp": "cpu", "cuda": "cuda", "sycl_jit": "sycl", "sycl": "sycl/aot", "opencl": "opencl"}
-_SUFFIX = {"cpp": ".cpp", "cuda": ".cu", "sycl_jit": ".cpp", "sycl": ".cpp", "opencl": ".cl"}
 
 
 def load_seeds(task: str) -> list[Seed]:
@@ -26,12 +26,13 @@ def load_seeds(task: str) -> list[Seed]:
         d = root / folder
         if not d.is_dir():
             continue
-        files = {f.name: f for f in d.iterdir() if f.name.startswith(task + "_") and f.name.endswith(_SUFFIX[lang])}
+        ext = suffix(lang)
+        files = {f.name: f for f in d.iterdir() if f.name.startswith(task + "_") and f.name.endswith(ext)}
         order = _SEED_ORDER.get(task, [])
-        names = sorted(files, key=lambda n: (order.index(n[len(task) + 1:-len(_SUFFIX[lang])])
-                                             if n[len(task) + 1:-len(_SUFFIX[lang])] in order else 99, n))
+        names = sorted(files, key=lambda n: (order.index(n[len(task) + 1:-len(ext)])
+                                             if n[len(task) + 1:-len(ext)] in order else 99, n))
         for n in names:
-            seeds.append(Seed(n[len(task) + 1:-len(_SUFFIX[lang])], lang, files[n].read_text()))
+            seeds.append(Seed(n[len(task) + 1:-len(ext)], lang, files[n].read_text()))
     return seeds
 
 
