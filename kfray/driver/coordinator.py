@@ -197,14 +197,13 @@ class Coordinator:
             # params since, and the same proposal must not be evaluated again after a resume.
             for hardware, h in self.store.proposed_keys(ref):
                 t.seen.add(((self.by_label.get(hardware) or self.classes[0]).label, h))
-            base = None
             for c, r in self.store.evaluated(ref):
                 hc = self.by_label.get(r.hardware) or self.classes[0]
                 key = (hc.label, source_hash(c.source, c.params))
                 t.spent += 1
                 t.seen.add(key)
                 if c.origin.startswith("seed:"):
-                    base = base or self.tasks[ref].seeds_for(hc.language)
+                    base = self.tasks[ref].seeds_for(hc.language)     # this class's own baseline seed
                     led.seed_result(hc.label, c, r, base[0].name if base else "")
                 else:
                     led.record(hc.label, c, r, key)

@@ -13,8 +13,6 @@ from typing import Any
 from kfray.candidate import Candidate, EvalResult
 from kfray.source import source_hash
 
-RETIME = "retime"            # an owner's island slot for a migrant timed again on other hardware
-
 
 @dataclass
 class Owner:
@@ -264,9 +262,6 @@ class TaskLedger:
 
     def total_spent(self) -> int:
         return sum(t.spent for t in self.tasks.values())
-
-    def in_flight(self) -> bool:
-        return bool(self.pending or self.asked or any(o.retime for o in self.owners.values()))
 
     # -- the tally ----------------------------------------------------------------------------------
     def tally(self, ref: str, default_label: str, labels: set | None = None) -> dict[str, Any]:
