@@ -2,6 +2,7 @@
 server, the prompt evolver and the islands; and their release at the end."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import ray
@@ -13,6 +14,19 @@ from kfray.eval.queue import EvalQueue
 from kfray.languages import language_of
 from kfray.search.prompt_evolver import make_prompt_evolver
 from kfray.search.island import IslandActor
+
+
+def when_up(call, wait_s: float = 120.0):
+    """The answer to `call()` (a fresh actor call each try). While Ray restarts a killed actor it
+    answers ActorUnavailableError (islands run with max_task_retries=0): ask again until it is back."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return ray.get(call())
+        except ray.exceptions.ActorUnavailableError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.25)
 
 
 @dataclass

@@ -20,7 +20,7 @@ import ray
 from kfray.candidate import Candidate, EvalResult
 from kfray.cluster import connect
 from kfray.config import RunConfig, hardware_classes
-from kfray.driver.actors import shutdown, start_classes, start_islands
+from kfray.driver.actors import shutdown, start_classes, start_islands, when_up
 from kfray.driver.finish import finish
 from kfray.driver.ledger import TaskLedger
 from kfray.driver.loop import event_loop
@@ -187,7 +187,8 @@ class Coordinator:
         """An island actor died (Ray restarted it empty): give it back its last checkpoint."""
         self.island_restores += 1
         state, pairs = self.ledger.replay(ref, i, missed)
-        ray.get(self.islands[ref][i].restore.remote(state or empty_state(i, ref), pairs))
+        isl = self.islands[ref][i]
+        when_up(lambda: isl.restore.remote(state or empty_state(i, ref), pairs))
 
     def _load_progress(self) -> None:
         """Resume: what the database already holds is spent budget and is never evaluated again."""

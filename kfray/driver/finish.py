@@ -9,6 +9,7 @@ from typing import Any
 
 import ray
 
+from kfray.driver.actors import when_up
 from kfray.languages import suffix
 from kfray.tasks import suite_form
 
@@ -16,12 +17,12 @@ from kfray.tasks import suite_form
 def finish(co, t_start: float) -> dict[str, Any]:
     led = co.ledger
     order = [(ref, i, isl) for ref, isls in co.islands.items() for i, isl in enumerate(isls)]
-    island_states = ray.get([isl.state.remote() for _, _, isl in order])
+    island_states = [when_up(isl.state.remote) for _, _, isl in order]
     for k, (ref, i, isl) in enumerate(order):     # an island Ray restarted after its last call answers empty
         if island_states[k]["generation"] != led.tasks[ref].generations[i]:
             co.recover_island(ref, i)
-            island_states[k] = ray.get(isl.state.remote())
-    nodes = ray.get([isl.node.remote() for _, _, isl in order])
+            island_states[k] = when_up(isl.state.remote)
+    nodes = [when_up(isl.node.remote) for _, _, isl in order]
     co.placement.update({f"island-{s['task']}-{s['index']}": n for s, n in zip(island_states, nodes)})
     co.store.set_meta(placement=co.placement)
     cache = cache_stats(co.evaluators)
