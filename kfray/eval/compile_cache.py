@@ -19,6 +19,7 @@ from typing import Callable
 
 
 def default_root() -> Path:
+    """KFRAY_CACHE, or ~/.cache/kfray (the compile cache, and the harness's own native helper)."""
     return Path(os.environ.get("KFRAY_CACHE") or Path.home() / ".cache" / "kfray")
 
 

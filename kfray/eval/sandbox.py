@@ -17,6 +17,7 @@ import traceback
 from multiprocessing.connection import Connection
 
 from kfray.candidate import TIER_RUNTIME_ERROR
+from kfray.eval.fastcheck import ensure_built
 
 
 def _limit_resources(memory_mb: int) -> None:
@@ -101,6 +102,9 @@ class Sandbox:
         # alike; its own session, so a kill takes every thread and child it made.
         parent, child = socket.socketpair()
         env = {**scrubbed_env(os.environ), **self.env}
+        helper = ensure_built(getattr(self.cfg, "cache_dir", None) or None)    # the checks' native helper
+        if helper is not None:
+            env["KFRAY_FASTCHECK_LIB"] = str(helper)
         memory_mb = self.cfg.memory_limit_mb if self.backend_name in ("cpu", "torch_ext_cpu") else 0
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kfray.eval.sandbox", str(child.fileno())],

@@ -119,10 +119,12 @@ class Task:
             parts.append("sycl::queue* queue")
         return f'extern "C" int kf_forward({", ".join(parts)})'
 
-    def make_args(self, shape: str, rng: np.random.Generator, xp=np) -> dict[str, Any]:
+    def make_args(self, shape: str, rng: np.random.Generator, xp=np, normal=None) -> dict[str, Any]:
         """Fresh random inputs, NaN-poisoned outputs, scalar values, for one shape config.
 
-        `xp` is the array module: numpy, or cupy to draw the inputs on the GPU (large shapes)."""
+        `xp` is the array module: numpy, or cupy to draw the inputs on the GPU (large shapes).
+        `normal(rng, dims, dtype)`, when given, draws the float inputs on the host (the harness
+        passes a pooled draw: kfray/eval/draws.py)."""
         cfg = self.shapes[shape]
         gen = rng if xp is np else xp.random.RandomState(int(rng.integers(2 ** 63)))
         out: dict[str, Any] = {}
@@ -138,9 +140,10 @@ class Task:
                     if xp is not np:
                         x = gen.standard_normal(dims, dtype=dt)
                     elif dt in (np.float32, np.float64):       # drawn in its own precision: no copy
-                        x = rng.standard_normal(dims, dtype=dt)
+                        x = normal(rng, dims, dt) if normal else rng.standard_normal(dims, dtype=dt)
                     else:
-                        x = rng.standard_normal(dims, dtype=np.float32).astype(dt)
+                        x = (normal(rng, dims, np.float32) if normal
+                             else rng.standard_normal(dims, dtype=np.float32)).astype(dt)
                     if self.input_scale != 1.0:
                         x *= dt(self.input_scale)
                     out[a.name] = x

@@ -59,8 +59,15 @@ class Backend(ABC):
         return run_job(self, fn, task, job)
 
     def make_args(self, task, shape: str, rng) -> dict[str, Any]:
-        """Fresh inputs for one shape config, where this backend is fastest to make them."""
-        return task.make_args(shape, rng)
+        """Fresh inputs for one shape config, where this backend is fastest to make them: on the
+        host, a task's own draw (torch tasks) or windows of a pool of random values."""
+        from kfray.tasks.base import Task
+        if type(task).make_args is not Task.make_args:
+            return task.make_args(shape, rng)
+        if getattr(self, "_pool", None) is None:
+            from kfray.eval.draws import InputPool
+            self._pool = InputPool()
+        return task.make_args(shape, rng, normal=self._pool.normal)
 
     def to_device(self, args: dict[str, Any]) -> dict[str, Any]:
         return args
