@@ -17,18 +17,24 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Callable
 
+from kfray.eval import isolation
+
 
 def default_root() -> Path:
     return Path(os.environ.get("KFRAY_CACHE") or Path.home() / ".cache" / "kfray")
 
 
-def run_compiler(cmd: list[str], timeout: float) -> tuple[int, str]:
+def run_compiler(cmd: list[str], timeout: float, plan: dict | None = None) -> tuple[int, str]:
     """(exit code, stderr + stdout) of a compiler run in its own session, so a timeout kills every
     process it started (nvcc's cicc and ptxas, g++'s cc1plus), not only the driver. A timeout is a
-    CompileError; a compiler that cannot be started is a BackendError."""
+    CompileError; a compiler that cannot be started is a BackendError. With an isolation `plan`
+    (kfray.eval.isolation.compile_plan) it runs inside its namespaces: a hostile #include finds
+    no home folder, and nothing but its output folder is writable."""
     from kfray.errors import BackendError
     from kfray.eval.backends.base import CompileError
 
+    if plan is not None:
+        cmd = isolation.wrap(cmd, plan)
     try:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 start_new_session=True)
@@ -47,8 +53,9 @@ def run_compiler(cmd: list[str], timeout: float) -> tuple[int, str]:
 
 
 class CompileCache:
-    def __init__(self, root: str | Path | None = None, server: str = ""):
+    def __init__(self, root: str | Path | None = None, server: str = "", isolation_mode: str = "namespaces"):
         self.root = Path(root) if root else default_root()
+        self.isolation = isolation.check_mode(isolation_mode)   # eval.isolation: how compilers run
         self.root.mkdir(parents=True, exist_ok=True)
         self.server_name = server
         self._server = None
@@ -107,8 +114,9 @@ class CompileCache:
         src = self.temp_path(key, src_suffix)
         src.write_text(source)
         out = self.temp_path(key, ".so")
+        cmd = command(src, out)
         try:
-            rc, text = run_compiler(command(src, out), timeout)
+            rc, text = run_compiler(cmd, timeout, self.compile_plan(cmd, out.parent))
         except BaseException:
             out.unlink(missing_ok=True)
             raise
@@ -117,6 +125,12 @@ class CompileCache:
         if rc != 0 or not out.exists():
             out.unlink(missing_ok=True)
         return out, rc, text.replace(str(src), "kernel" + src_suffix).replace(src.name, "kernel" + src_suffix)
+
+    def compile_plan(self, cmd: list[str], out_dir: Path) -> dict | None:
+        """The isolation a compiler of this cache runs under (None: eval.isolation none, or unavailable)."""
+        if not isolation.active(self.isolation):
+            return None
+        return isolation.compile_plan(cmd, out_dir, self.root)
 
     def commit(self, tmp: Path, key: str, suffix: str) -> Path:
         final = self.path(key, suffix)

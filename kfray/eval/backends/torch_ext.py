@@ -124,7 +124,7 @@ class TorchExtCpuBackend(Backend):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        self.cache = CompileCache(cfg.cache_dir or None, cfg.cache_server)
+        self.cache = CompileCache(cfg.cache_dir or None, cfg.cache_server, cfg.isolation)
         self._pch_lock = threading.Lock()
         self._modules: dict[str, Any] = {}
 
