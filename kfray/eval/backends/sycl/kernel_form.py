@@ -15,6 +15,7 @@ from abc import abstractmethod
 from pathlib import Path
 from typing import Any
 
+from kfray.eval import isolation
 from kfray.eval.backends.base import Build, CompileError
 from kfray.eval.backends.sycl.diagnostics import CRASH_HINTS, clean_diagnostics, signal_name
 from kfray.eval.backends.sycl.form import SourceForm
@@ -126,6 +127,9 @@ class KernelForm(SourceForm):
         b = self.backend
         cmd = [str(b.tools().compiler), b.device_facts()["filter"], self.tool_language, str(out), *kernels,
                "--", *opts]
+        plan = b.cache.compile_plan(cmd, out.parent)        # eval.isolation: no home, no network
+        if plan is not None:
+            cmd = isolation.wrap(cmd, plan)
         try:
             # An argument list and the source on stdin: nothing from a model reaches a shell.
             return subprocess.run(cmd, input=text, capture_output=True, text=True,
