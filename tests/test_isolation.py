@@ -289,3 +289,103 @@ def test_a_bad_isolation_setting_names_the_choices():
 
     with pytest.raises(ConfigError, match="strict, namespaces, none"):
         load_config(None, ["eval.isolation=sometimes"])
+
+
+# --- CUDA (a GPU) and SYCL (the OpenCL CPU device) --------------------------------------------------
+def _gpu_skip() -> str:
+    try:
+        import cupy
+
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return "CuPy sees no GPU"
+    except Exception as e:
+        return f"no usable GPU through CuPy ({type(e).__name__})"
+    return ""
+
+
+CUDA_KERNEL = r"""
+__global__ void k(const float* x, float* y, float a, float b, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + b;
+}
+""" + load_task("axpb").signature("cuda") + r"""{
+    int h = kf_hostile(); if (h) return h;
+    if (n <= 0) return 0;
+    k<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(x, y, a, b, n);
+    return (int)cudaGetLastError();
+}
+"""
+
+
+@pytest.mark.gpu
+@needs_namespaces
+def test_hostile_cuda_kernels_are_judged_as_if_they_had_not_tried(world):
+    why = _gpu_skip()
+    if why:
+        pytest.skip(why)
+    from kfray.eval.evaluator import Evaluator
+
+    ev = Evaluator("cuda", EvalConfig(cache_dir=str(world["cache"]), timeout_s=120, tune_budget=0))
+    try:
+        for plan in (1, 2, 3, 4):
+            src = "#include <cstdint>\n#include <cuda_runtime.h>\n" + _defines(world, plan) + HOSTILE + CUDA_KERNEL
+            r = _evaluate(ev, src, "cuda")
+            assert r.tier == TIER_CORRECT, f"plan {plan}: {r.reason}"
+            _nothing_escaped(world)
+        seed = load_task("axpb").baseline_seed("cuda")
+        r = EvalResult.from_dict(ev.evaluate(Candidate(task="axpb", language="cuda", source=seed.source,
+                                                       params=parse_params(seed.source).default())))
+        assert r.tier == TIER_CORRECT, r.reason
+    finally:
+        ev.shutdown()
+    time.sleep(4)
+    _nothing_escaped(world)
+
+
+def _sycl_skip() -> str:
+    import importlib.util
+
+    if importlib.util.find_spec("dpctl") is None:
+        return "dpctl is not installed"
+    from kfray.eval.backends.sycl import runtime as rt
+
+    try:
+        rt.sycl_root()
+    except Exception as e:
+        return str(e)
+    found = rt.probe("opencl:cpu")
+    return "" if found["selected"] else f"no opencl:cpu SYCL device: {found['error']}"
+
+
+SYCL_JIT = """#include <sycl/sycl.hpp>
+// @kf.launch axpb_k global=((n + 127) // 128 * 128) local=(128)
+namespace syclext = sycl::ext::oneapi;
+namespace syclexp = sycl::ext::oneapi::experimental;
+extern "C" SYCL_EXT_ONEAPI_FUNCTION_PROPERTY((syclexp::nd_range_kernel<1>))
+void axpb_k(const float* x, float* y, float a, float b, int64_t n) {
+    const int64_t i = syclext::this_work_item::get_nd_item<1>().get_global_id(0);
+    if (i < n) y[i] = a * x[i] + b;
+}
+"""
+
+
+@pytest.mark.sycl
+@needs_namespaces
+def test_sycl_kernels_run_isolated_and_a_hostile_include_does_not_leak(world):
+    why = _sycl_skip()
+    if why:
+        pytest.skip(why)
+    from kfray.eval.evaluator import Evaluator
+
+    cfg = EvalConfig(backend="sycl", sycl_device="opencl:cpu", sycl_form="jit", cache_dir=str(world["cache"]),
+                     trials=1, warmup=1, repeats=3, max_repeats=10, min_time_s=0.005, timeout_s=120, tune_budget=0)
+    ev = Evaluator("sycl", cfg, "iso-sycl")
+    try:
+        ok = _evaluate(ev, SYCL_JIT, "sycl_jit")
+        assert ok.tier == TIER_CORRECT, ok.reason
+        bad = _evaluate(ev, f'#include "{world["secret"]}"\n' + SYCL_JIT, "sycl_jit")
+        assert bad.tier == TIER_COMPILE_ERROR and TOKEN not in bad.reason, bad.reason
+        assert "not found" in bad.reason or "No such file" in bad.reason, bad.reason
+    finally:
+        ev.shutdown()
+    _nothing_escaped(world)
