@@ -230,6 +230,14 @@ def test_a_hostile_include_fails_to_compile_without_leaking(cpu_evaluator, world
 
 
 @needs_namespaces
+def test_a_compiler_reads_no_secret_from_its_environment(cpu_evaluator, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-must-not-leak-4711")
+    src = '#include "/proc/self/environ"\n#include <cstdint>\n' + load_task("axpb").signature("cpp") + CPU_BODY
+    r = _evaluate(cpu_evaluator, src, "cpp")
+    assert r.tier == TIER_COMPILE_ERROR and "sk-must-not-leak" not in r.reason, r.reason
+
+
+@needs_namespaces
 def test_a_hostile_cuda_include_fails_to_compile_without_leaking(world):
     """nvcc under the same isolation (compile only: no GPU needed)."""
     from kfray.eval.backends.cuda.toolchain import compile_cuda, nvcc_path

@@ -33,11 +33,12 @@ def run_compiler(cmd: list[str], timeout: float, plan: dict | None = None) -> tu
     from kfray.errors import BackendError
     from kfray.eval.backends.base import CompileError
 
+    env = None
     if plan is not None:
-        cmd = isolation.wrap(cmd, plan)
+        cmd, env = isolation.wrap(cmd, plan), isolation.scrubbed_env(os.environ)
     try:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True, env=env)
     except OSError as e:
         raise BackendError(f"cannot run {cmd[0]}: {e}") from None
     try:
@@ -126,11 +127,12 @@ class CompileCache:
             out.unlink(missing_ok=True)
         return out, rc, text.replace(str(src), "kernel" + src_suffix).replace(src.name, "kernel" + src_suffix)
 
-    def compile_plan(self, cmd: list[str], out_dir: Path) -> dict | None:
-        """The isolation a compiler of this cache runs under (None: eval.isolation none, or unavailable)."""
+    def compile_plan(self, cmd: list[str], out_dir: Path, writable: list[str] = ()) -> dict | None:
+        """The isolation a compiler of this cache runs under (None: eval.isolation none, or unavailable):
+        it writes `out_dir` and the `writable` folders (a compiler's own cache) only."""
         if not isolation.active(self.isolation):
             return None
-        return isolation.compile_plan(cmd, out_dir, self.root)
+        return isolation.compile_plan(cmd, out_dir, self.root, writable)
 
     def commit(self, tmp: Path, key: str, suffix: str) -> Path:
         final = self.path(key, suffix)

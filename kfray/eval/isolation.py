@@ -138,16 +138,35 @@ def _arg_paths(cmd: list[str]) -> list[str]:
 
 
 def sandbox_plan(cache_root: str | Path | None = None, keep: list[str] = ()) -> dict:
-    """What a sandbox worker sees: the hidden folders, its environment read-only, no writable path."""
+    """What a sandbox worker sees: the hidden folders, its environment read-only, no writable path.
+    A path to keep that is a hidden folder or holds one (a script started from $HOME puts $HOME on
+    sys.path) is left out: it would show the whole home folder again."""
+    hide = _hidden()
     from_cache = [str(cache_root)] if cache_root else []
-    return {"hide": _hidden(), "keep": _existing([*_python_paths(), *_env_paths(), *from_cache, *keep]),
-            "writable": [], "pid": True}
+    wanted = _existing([*_python_paths(), *_env_paths(), *from_cache, *keep])
+    return {"hide": hide, "keep": [p for p in wanted if not _holds_hidden(p, hide)], "writable": [], "pid": True}
 
 
-def compile_plan(cmd: list[str], out_dir: str | Path, cache_root: str | Path | None = None) -> dict:
-    """What a compiler sees: as the sandbox, plus its command line's paths; it writes `out_dir` only."""
+def _holds_hidden(path: str, hide: list[str]) -> bool:
+    return any(h == path or h.startswith(path.rstrip("/") + "/") for h in hide)
+
+
+_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH", re.I)
+
+
+def scrubbed_env(env) -> dict[str, str]:
+    """The environment minus anything that looks like a secret (API keys, tokens, passwords, the
+    SSH agent): generated code, and compilers reading it (#include "/proc/self/environ"), have no
+    business with them."""
+    return {k: v for k, v in env.items() if not _SECRET.search(k)}
+
+
+def compile_plan(cmd: list[str], out_dir: str | Path, cache_root: str | Path | None = None,
+                 writable: list[str] = ()) -> dict:
+    """What a compiler sees: as the sandbox, plus its command line's paths; it writes `out_dir`
+    (and the `writable` folders) only."""
     plan = sandbox_plan(cache_root, _arg_paths(cmd))
-    plan["writable"] = _existing([str(out_dir)])
+    plan["writable"] = [p for p in _existing([str(out_dir), *map(str, writable)]) if not _holds_hidden(p, plan["hide"])]
     return plan
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import re
 import signal
 import socket
 import subprocess
@@ -22,6 +21,7 @@ from multiprocessing.connection import Connection
 from kfray.candidate import TIER_RUNTIME_ERROR
 from kfray.eval import isolation
 from kfray.eval.compile_cache import default_root
+from kfray.eval.isolation import scrubbed_env  # noqa: F401  (kfray.eval.sandbox.scrubbed_env, as before)
 
 
 def _limit_resources(memory_mb: int) -> None:
@@ -34,15 +34,6 @@ def _limit_resources(memory_mb: int) -> None:
             resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
     except (ImportError, ValueError, OSError):
         pass
-
-
-_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH", re.I)
-
-
-def scrubbed_env(env) -> dict[str, str]:
-    """The environment minus anything that looks like a secret (API keys, tokens, passwords, the
-    SSH agent): generated code has no business with them."""
-    return {k: v for k, v in env.items() if not _SECRET.search(k)}
 
 
 def _die_with_parent() -> None:
