@@ -2,13 +2,15 @@
 """What isolation costs: sandbox start and per-candidate evaluation with eval.isolation none
 against namespaces, on the CPU backend (and CUDA where a GPU is present). Prints a table.
 
-    python scripts/bench_isolation.py --candidates 12 --out scripts/results/isolation_overhead.md
+    python scripts/bench_isolation.py --candidates 12 --out /tmp/isolation_overhead.md
 
 1. Sandbox start: a fresh worker until it answers ready (median of --starts).
-2. One compile of a small kernel through run_compiler (median of --compiles): the per-candidate
-   price of the namespace helper (one short-lived Python that sets up and execs the compiler).
-3. Per candidate, end to end through one Evaluator: compile (cold cache) + correctness + timing,
-   over --candidates distinct axpb kernels, with a warm sandbox (its start is measured in 1).
+2. One compile of a small kernel through run_compiler (median of --compiles), and `true` started
+   directly and through the namespace helper: the per-candidate price of the helper (one
+   short-lived Python that sets up the namespaces and execs the compiler).
+3. Per candidate, end to end through an Evaluator: compile (cold cache) + correctness + timing,
+   over --candidates distinct axpb kernels, with warm sandboxes (their start is measured in 1),
+   in rounds of fresh evaluators.
 Modes alternate within each measurement, so load on a shared machine hits both alike.
 """
 from __future__ import annotations
@@ -41,8 +43,8 @@ def _cfg(mode: str, cache: str, backend: str) -> EvalConfig:
 
 def sandbox_start(backend: str, starts: int, root: Path) -> dict[str, float]:
     times: dict[str, list[float]] = {m: [] for m in MODES}
-    for _ in range(starts):
-        for mode in MODES:
+    for i in range(starts):
+        for mode in (MODES if i % 2 == 0 else MODES[::-1]):
             sb = Sandbox(backend, _cfg(mode, str(root / mode), backend))
             t0 = time.perf_counter()
             sb._start()
@@ -72,27 +74,46 @@ def one_compile(compiles: int, root: Path) -> dict[str, float]:
     return {m: statistics.median(v) for m, v in times.items()}
 
 
-def per_candidate(backend: str, language: str, n: int, root: Path) -> dict[str, dict[str, float]]:
+def helper_alone(runs: int) -> dict[str, float]:
+    """/bin/true started directly and through the namespace helper: the fixed price per process."""
+    import subprocess
+
+    plan = isolation.sandbox_plan()
+    times: dict[str, list[float]] = {m: [] for m in MODES}
+    for _ in range(runs):
+        for mode in MODES:
+            cmd = isolation.wrap(["true"], plan) if mode == "namespaces" else ["true"]
+            t0 = time.perf_counter()
+            subprocess.run(cmd, check=True)
+            times[mode].append(time.perf_counter() - t0)
+    return {m: statistics.median(v) for m, v in times.items()}
+
+
+def per_candidate(backend: str, language: str, n: int, root: Path, rounds: int = 3) -> dict[str, dict[str, float]]:
+    """Fresh evaluators (one per mode) each round, so one worker process's luck on a shared
+    machine (its core, its memory) does not decide a mode's figure."""
     seed = load_task("axpb").baseline_seed(language)
     params = parse_params(seed.source).default()
-    evs = {m: Evaluator(backend, _cfg(m, str(root / f"eval-{m}"), backend), f"bench-{m}") for m in MODES}
     stats: dict[str, dict[str, list[float]]] = {m: {"total": [], "compile": [], "run": []} for m in MODES}
-    try:
-        for mode, ev in evs.items():      # a warm sandbox each: its start is measured on its own
-            ev.evaluate(Candidate(task="axpb", language=language, source=seed.source + "\n// warm\n", params=params))
-        for i in range(n):
-            for mode, ev in evs.items():
-                src = seed.source + f"\n// candidate {i}\n"        # a new build each time
-                t0 = time.perf_counter()
-                r = ev.evaluate(Candidate(task="axpb", language=language, source=src, params=params))
-                stats[mode]["total"].append(time.perf_counter() - t0)
-                assert r["tier"] == 5, r["reason"]
-                st = r["stage_seconds"]
-                stats[mode]["compile"].append(st.get("compile", 0.0))
-                stats[mode]["run"].append(sum(v for k, v in st.items() if k != "compile"))
-    finally:
-        for ev in evs.values():
-            ev.shutdown()
+    for rnd in range(rounds):
+        evs = {m: Evaluator(backend, _cfg(m, str(root / f"eval-{m}"), backend), f"bench-{m}") for m in MODES}
+        try:
+            for mode, ev in evs.items():      # a warm sandbox each: its start is measured on its own
+                ev.evaluate(Candidate(task="axpb", language=language, source=seed.source + f"\n// warm {rnd}\n",
+                                      params=params))
+            for i in range(max(1, n // rounds)):
+                for mode in (MODES if i % 2 == 0 else MODES[::-1]):     # neither mode always goes first
+                    src = seed.source + f"\n// candidate {rnd}.{i}\n"        # a new build each time
+                    t0 = time.perf_counter()
+                    r = evs[mode].evaluate(Candidate(task="axpb", language=language, source=src, params=params))
+                    stats[mode]["total"].append(time.perf_counter() - t0)
+                    assert r["tier"] == 5, r["reason"]
+                    st = r["stage_seconds"]
+                    stats[mode]["compile"].append(st.get("compile", 0.0))
+                    stats[mode]["run"].append(sum(v for k, v in st.items() if k != "compile"))
+        finally:
+            for ev in evs.values():
+                ev.shutdown()
     return {m: {k: statistics.median(v) for k, v in s.items()} for m, s in stats.items()}
 
 
@@ -125,6 +146,8 @@ def main() -> int:
             c = per_candidate(backend, language, args.candidates, root / f"cand-{backend}")
             for k in ("compile", "run", "total"):
                 rows.append((backend, f"per candidate: {k} (s, median)", c["none"][k], c["namespaces"][k]))
+        h = helper_alone(args.compiles * 2)
+        rows.append(("any", "start a process (true) (s, median)", h["none"], h["namespaces"]))
         (root / "gxx").mkdir()
         g = one_compile(args.compiles, root / "gxx")
         rows.append(("cpu", "one g++ compile (s, median)", g["none"], g["namespaces"]))
