@@ -108,8 +108,13 @@ def _cmd_doctor(args) -> int:
             rows.append((mod, getattr(m, "__version__", "ok"), True))
         except Exception as e:
             rows.append((mod, f"not importable ({type(e).__name__})", mod not in ("ray", "numpy", "openai", "yaml")))
+    from kfray.config import load_config
+    from kfray.eval.isolation import describe
+
+    line, ok = describe(load_config(args.config, args.set or []).eval.isolation)
+    rows.append(("isolation", line, ok))
     for name, val, ok in rows:
-        print(f"{'ok ' if ok else 'BAD'} {name:8s} {val}")
+        print(f"{'ok ' if ok else 'BAD'} {name:9s} {val}")
     return 0 if all(ok for _, _, ok in rows) else 1
 
 
@@ -154,7 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="default: from the file (torch/extension.h included: torch_ext_*; .cu or CUDA code: cuda)")
     v.add_argument("--set", action="append", metavar="KEY=VALUE", help="an eval setting, e.g. eval.repeats=20")
     v.set_defaults(fn=_cmd_verify)
-    d = sub.add_parser("doctor", help="check compilers and packages")
+    d = sub.add_parser("doctor", help="check compilers, packages and whether generated code can be isolated")
+    d.add_argument("config", nargs="?", help="YAML config whose eval.isolation to check")
+    d.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key, e.g. eval.isolation=strict")
     d.set_defaults(fn=_cmd_doctor)
     return p
 

@@ -89,6 +89,10 @@ class EvalConfig:
                                      # nvcc --use_fast_math)
     max_roofline_fraction: float = 1.5   # flag (and never trust) a speedup above this x the device's
                                      # measured copy bandwidth / fp32 rate; 0: no check
+    isolation: str = "namespaces"    # strict | namespaces | none: the sandbox worker and the compilers
+                                     # run in their own user, mount, network and PID namespaces (no
+                                     # network, home and /tmp hidden, read-only files); namespaces: where
+                                     # the kernel allows, else warn once; strict: refuse to run without
 
 
 @dataclass
@@ -136,10 +140,16 @@ _CHOICES = {
     ("search", "topology"): ("ring", "full", "custom"),
     ("eval", "backend"): ("cpu", "cuda", "sycl", "sim", "torch_ext_cpu", "torch_ext_cuda"),
     ("eval", "sycl_form"): ("jit", "aot", "opencl"),
+    ("eval", "isolation"): ("strict", "namespaces", "none"),
     ("proposer", "kind"): ("offline", "llm"),
     ("search", "target_strategy"): ("mutate", "intensify", "specialize", "balance"),
     ("search", "parents"): ("archive", "seeds"),
     ("search", "archive"): ("map_elites", "single"),
+}
+
+_HINTS = {
+    ("eval", "isolation"): (" (strict: refuse to run without namespace isolation; namespaces: isolate where "
+                            "the kernel allows, else warn once; none: no isolation, a fault boundary only)"),
 }
 
 
@@ -174,7 +184,8 @@ def _fill(obj: Any, data: Any, prefix: str, where: str) -> None:
             raise ConfigError(f"{where}: key '{key}' must be a finite number, got {v}")
         choices = _CHOICES.get(tuple(key.split(".")))
         if choices and v not in choices:
-            raise ConfigError(f"{where}: key '{key}' must be one of {', '.join(choices)}, got {v!r}")
+            hint = _HINTS.get(tuple(key.split(".")), "")
+            raise ConfigError(f"{where}: key '{key}' must be one of {', '.join(choices)}, got {v!r}{hint}")
         setattr(obj, k, v)
 
 

@@ -63,7 +63,7 @@ def test_a_hung_kernel_dies_with_its_evaluator(tmp_path):
         "import sys\nfrom kfray.candidate import Candidate\nfrom kfray.config import EvalConfig\n"
         "from kfray.eval.evaluator import Evaluator\n"
         f"ev = Evaluator('cpu', EvalConfig(cache_dir={str(cache)!r}, timeout_s=300, tune_budget=0))\n"
-        "ev.sandbox._start()\nprint(ev.sandbox.proc.pid, flush=True)\n"
+        "ev.sandbox._start()\nprint(ev.sandbox.worker_pid, flush=True)\n"
         f"src = '#include <cstdint>\\n' + {SIG!r} + '{{ volatile int s = 1; while (s) {{}} return 0; }}'\n"
         "r = ev.evaluate(Candidate(task='axpb', language='cpp', source=src, params={}))\n"
         "print('returned', r['tier'], r['reason'], flush=True)\n")

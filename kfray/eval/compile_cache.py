@@ -17,22 +17,29 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Callable
 
+from kfray.eval import isolation
+
 
 def default_root() -> Path:
     """KFRAY_CACHE, or ~/.cache/kfray (the compile cache, and the harness's own native helper)."""
     return Path(os.environ.get("KFRAY_CACHE") or Path.home() / ".cache" / "kfray")
 
 
-def run_compiler(cmd: list[str], timeout: float) -> tuple[int, str]:
+def run_compiler(cmd: list[str], timeout: float, plan: dict | None = None) -> tuple[int, str]:
     """(exit code, stderr + stdout) of a compiler run in its own session, so a timeout kills every
     process it started (nvcc's cicc and ptxas, g++'s cc1plus), not only the driver. A timeout is a
-    CompileError; a compiler that cannot be started is a BackendError."""
+    CompileError; a compiler that cannot be started is a BackendError. With an isolation `plan`
+    (kfray.eval.isolation.compile_plan) it runs inside its namespaces: a hostile #include finds
+    no home folder, and nothing but its output folder is writable."""
     from kfray.errors import BackendError
     from kfray.eval.backends.base import CompileError
 
+    env = None
+    if plan is not None:
+        cmd, env = isolation.wrap(cmd, plan), isolation.scrubbed_env(os.environ)
     try:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True, env=env)
     except OSError as e:
         raise BackendError(f"cannot run {cmd[0]}: {e}") from None
     try:
@@ -48,8 +55,9 @@ def run_compiler(cmd: list[str], timeout: float) -> tuple[int, str]:
 
 
 class CompileCache:
-    def __init__(self, root: str | Path | None = None, server: str = ""):
+    def __init__(self, root: str | Path | None = None, server: str = "", isolation_mode: str = "namespaces"):
         self.root = Path(root) if root else default_root()
+        self.isolation = isolation.check_mode(isolation_mode)   # eval.isolation: how compilers run
         self.root.mkdir(parents=True, exist_ok=True)
         self.server_name = server
         self._server = None
@@ -108,8 +116,9 @@ class CompileCache:
         src = self.temp_path(key, src_suffix)
         src.write_text(source)
         out = self.temp_path(key, ".so")
+        cmd = command(src, out)
         try:
-            rc, text = run_compiler(command(src, out), timeout)
+            rc, text = run_compiler(cmd, timeout, self.compile_plan(cmd, out.parent))
         except BaseException:
             out.unlink(missing_ok=True)
             raise
@@ -118,6 +127,13 @@ class CompileCache:
         if rc != 0 or not out.exists():
             out.unlink(missing_ok=True)
         return out, rc, text.replace(str(src), "kernel" + src_suffix).replace(src.name, "kernel" + src_suffix)
+
+    def compile_plan(self, cmd: list[str], out_dir: Path, writable: list[str] = ()) -> dict | None:
+        """The isolation a compiler of this cache runs under (None: eval.isolation none, or unavailable):
+        it writes `out_dir` and the `writable` folders (a compiler's own cache) only."""
+        if not isolation.active(self.isolation):
+            return None
+        return isolation.compile_plan(cmd, out_dir, self.root, writable)
 
     def commit(self, tmp: Path, key: str, suffix: str) -> Path:
         final = self.path(key, suffix)

@@ -181,6 +181,9 @@ def make_evaluators(backend_name: str, cfg: EvalConfig, count: int, run_name: st
     for 8 GPUs does not creep along on the 3 a busy cluster has free)."""
     import ray
 
+    from kfray.eval.isolation import active
+    active(cfg.isolation)     # once at start: strict stops here, namespaces without them says so (each
+                              # evaluator checks its own node again)
     actor_cls = ray.remote(Evaluator)
     opts = evaluator_options(backend_name, cfg)
     short = cluster_shortfall(opts, count, ray.cluster_resources())

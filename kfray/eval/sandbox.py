@@ -2,12 +2,14 @@
 
 A kernel that crashes, hangs or poisons its device context kills only this process; the parent
 (the evaluator actor) reports one failed evaluation and starts a fresh worker for the next one.
+With `eval.isolation` on (kfray.eval.isolation), the worker also runs in its own user, mount,
+network, IPC and PID namespaces: no network, the home folders and /tmp hidden, the rest read-only;
+as its PID namespace's init it kills whatever a kernel left running once each job is done.
 """
 from __future__ import annotations
 
 import os
 import pickle
-import re
 import signal
 import socket
 import subprocess
@@ -17,7 +19,10 @@ import traceback
 from multiprocessing.connection import Connection
 
 from kfray.candidate import TIER_RUNTIME_ERROR
+from kfray.eval import isolation
+from kfray.eval.compile_cache import default_root
 from kfray.eval.fastcheck import ensure_built
+from kfray.eval.isolation import scrubbed_env  # noqa: F401  (kfray.eval.sandbox.scrubbed_env, as before)
 
 
 def _limit_resources(memory_mb: int) -> None:
@@ -30,15 +35,6 @@ def _limit_resources(memory_mb: int) -> None:
             resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
     except (ImportError, ValueError, OSError):
         pass
-
-
-_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH", re.I)
-
-
-def scrubbed_env(env) -> dict[str, str]:
-    """The environment minus anything that looks like a secret (API keys, tokens, passwords, the
-    SSH agent): generated code has no business with them."""
-    return {k: v for k, v in env.items() if not _SECRET.search(k)}
 
 
 def _die_with_parent() -> None:
@@ -54,6 +50,25 @@ def _die_with_parent() -> None:
         os._exit(1)
 
     threading.Thread(target=watch, daemon=True, name="kfray-parent-watch").start()
+
+
+def _end_strays() -> None:
+    """As the init of the sandbox's PID namespace: kill every other process in it (a kernel's
+    forked helpers) and reap them, so nothing a kernel started outlives its evaluation."""
+    if os.getpid() != 1:
+        return
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            time.sleep(0.001)
 
 
 def _worker_main(conn, backend_name: str, cfg, memory_mb: int) -> None:
@@ -83,6 +98,7 @@ def _worker_main(conn, backend_name: str, cfg, memory_mb: int) -> None:
             sticky = backend.check_sticky_error()
             result = {"tier": TIER_RUNTIME_ERROR, "recycle": bool(sticky),
                       "reason": sticky or f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=2)[-800:]}"}
+        _end_strays()
         conn.send(result)
 
 
@@ -93,6 +109,8 @@ class Sandbox:
         self.backend_name = backend_name
         self.cfg = cfg
         self.env = env or {}
+        self.isolated = isolation.active(getattr(cfg, "isolation", "namespaces"))
+        self.keep: list[str] = []        # task folders the isolated worker must see (from job refs)
         self.proc = None
         self.conn = None
         self.restarts = 0
@@ -106,9 +124,13 @@ class Sandbox:
         if helper is not None:
             env["KFRAY_FASTCHECK_LIB"] = str(helper)
         memory_mb = self.cfg.memory_limit_mb if self.backend_name in ("cpu", "torch_ext_cpu") else 0
+        cmd = [sys.executable, "-m", "kfray.eval.sandbox", str(child.fileno())]
+        if self.isolated:
+            # inductor compiles in-process: a pool would be killed with a kernel's strays each job
+            env.update(TMPDIR="/tmp", TORCHINDUCTOR_COMPILE_THREADS="1")
+            cmd = isolation.wrap(cmd, isolation.sandbox_plan(self.cfg.cache_dir or default_root(), self.keep))
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kfray.eval.sandbox", str(child.fileno())],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             pass_fds=[child.fileno()], env=env, start_new_session=True)
         child.close()
         self.proc.stdin.write(pickle.dumps((self.backend_name, self.cfg, memory_mb)))
@@ -117,6 +139,20 @@ class Sandbox:
         if not self.conn.poll(120) or not self.conn.recv().get("ready"):
             self.kill()
             raise RuntimeError("sandbox worker did not start")
+
+    @property
+    def worker_pid(self) -> int | None:
+        """The process that runs the kernels: the started one, or under isolation its one child
+        (the started process waits outside the worker's PID namespace)."""
+        if self.proc is None:
+            return None
+        if not self.isolated:
+            return self.proc.pid
+        try:
+            kids = open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read().split()
+        except OSError:
+            return None
+        return int(kids[0]) if kids else None
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -131,6 +167,7 @@ class Sandbox:
 
     def run(self, job: dict, timeout: float) -> dict:
         """Run one job; any way the worker can fail becomes a tier-2 result with the reason."""
+        job = self._visible(job)
         if self.proc is None or self.proc.poll() is not None:
             if self.proc is not None:
                 self.restarts += 1
@@ -166,6 +203,17 @@ class Sandbox:
             result["recycled"] = True
         return result
 
+    def _visible(self, job: dict) -> dict:
+        """The job with its task path made absolute (the isolated worker's folder is an empty
+        /tmp); a task folder the isolated worker cannot see yet restarts it with that folder."""
+        path, ref = _task_path(job["task_ref"])
+        if path is None:
+            return job
+        if self.isolated and not any(path == k or path.startswith(k + "/") for k in self.keep):
+            self.keep.append(path if os.path.isdir(path) else os.path.dirname(path))
+            self.kill()
+        return {**job, "task_ref": ref}
+
     def close(self) -> None:
         if self.conn is not None and self.proc is not None and self.proc.poll() is None:
             try:
@@ -174,6 +222,20 @@ class Sandbox:
             except (OSError, subprocess.TimeoutExpired):
                 pass
         self.kill()
+
+
+def _task_path(ref: str) -> tuple[str | None, str]:
+    """(absolute path, ref naming it absolutely) of a task ref that names a file or folder, else (None, ref)."""
+    base, at, shape_set = ref.rpartition("@")
+    if not at or "/" in shape_set:
+        base, at, shape_set = ref, "", ""
+    head, colon, rest = base.partition(":")
+    if not colon or "/" in head:
+        head, colon, rest = "", "", base
+    if not rest or not os.path.exists(rest):
+        return None, ref
+    path = os.path.realpath(rest)
+    return path, f"{head}{colon}{path}{at}{shape_set}"
 
 
 if __name__ == "__main__":

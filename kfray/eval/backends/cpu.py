@@ -88,7 +88,7 @@ class CpuBackend(Backend):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        self.cache = CompileCache(cfg.cache_dir or None, cfg.cache_server)
+        self.cache = CompileCache(cfg.cache_dir or None, cfg.cache_server, cfg.isolation)
 
     def hardware_class(self) -> str:
         return "cpu"

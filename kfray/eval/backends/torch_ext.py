@@ -124,7 +124,7 @@ class TorchExtCpuBackend(Backend):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        self.cache = CompileCache(cfg.cache_dir or None, cfg.cache_server)
+        self.cache = CompileCache(cfg.cache_dir or None, cfg.cache_server, cfg.isolation)
         self._pch_lock = threading.Lock()
         self._modules: dict[str, Any] = {}
 
@@ -255,7 +255,7 @@ class TorchExtCpuBackend(Backend):
         if artifact.endswith(".py"):
             from kfray.tasks.package import import_file
 
-            os.environ["TORCH_EXTENSIONS_DIR"] = artifact + ".ext"     # the build the compile step made
+            os.environ["TORCH_EXTENSIONS_DIR"] = _writable_copy(artifact + ".ext")   # the compile step's build
             if self._arch_list():
                 os.environ["TORCH_CUDA_ARCH_LIST"] = self._arch_list()
             cls = getattr(import_file(artifact, "ModelNew file"), "ModelNew", None)
@@ -308,6 +308,19 @@ class TorchExtCpuBackend(Backend):
     def reference(self, task, args: dict[str, Any]) -> dict[str, np.ndarray]:
         """The eager PyTorch reference on this backend's device, as host arrays."""
         return {k: self.to_host(v) for k, v in task.device_reference(args, self.device).items()}
+
+
+def _writable_copy(ext_dir: str) -> str:
+    """The build folder, or under isolation (a read-only compile cache) a private copy of it in the
+    sandbox's /tmp: torch's loader takes a lock file in the folder it loads from."""
+    if not os.path.isdir(ext_dir) or os.access(ext_dir, os.W_OK):
+        return ext_dir
+    import shutil
+    import tempfile
+
+    copy = os.path.join(tempfile.mkdtemp(prefix="kf_ext_"), "ext")
+    shutil.copytree(ext_dir, copy, symlinks=True)
+    return copy
 
 
 def _diagnostics(text: str, limit: int = 4000) -> str:

@@ -20,7 +20,7 @@ class CudaBackend(CudaRuntime):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        self.cache = CompileCache(cfg.cache_dir or None, cfg.cache_server)
+        self.cache = CompileCache(cfg.cache_dir or None, cfg.cache_server, cfg.isolation)
         self.arch = detect_arch(cfg)
         self._facts: dict[str, Any] | None = None
 

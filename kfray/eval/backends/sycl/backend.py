@@ -41,7 +41,7 @@ class SyclBackend(Backend):
         if self.form not in FORMS:
             raise BackendError(f"eval.sycl_form must be one of {', '.join(FORMS)}, got {self.form!r}")
         self.language = FORM_LANGUAGE[self.form]
-        self.cache = CompileCache(cfg.cache_dir or None, cfg.cache_server)
+        self.cache = CompileCache(cfg.cache_dir or None, cfg.cache_server, cfg.isolation)
         self._device = None
         self._facts: dict[str, Any] | None = None
         self._tools: HostTools | None = None

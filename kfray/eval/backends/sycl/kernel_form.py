@@ -9,12 +9,14 @@ backend's queue.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from abc import abstractmethod
 from pathlib import Path
 from typing import Any
 
+from kfray.eval import isolation
 from kfray.eval.backends.base import Build, CompileError
 from kfray.eval.backends.sycl.diagnostics import CRASH_HINTS, clean_diagnostics, signal_name
 from kfray.eval.backends.sycl.form import SourceForm
@@ -126,9 +128,14 @@ class KernelForm(SourceForm):
         b = self.backend
         cmd = [str(b.tools().compiler), b.device_facts()["filter"], self.tool_language, str(out), *kernels,
                "--", *opts]
+        pch = [o.split("=", 1)[1] for o in opts if o.startswith("--persistent-auto-pch=")]
+        plan = b.cache.compile_plan(cmd, out.parent, pch)   # eval.isolation: no home, no network
+        env = None
+        if plan is not None:
+            cmd, env = isolation.wrap(cmd, plan), isolation.scrubbed_env(os.environ)
         try:
             # An argument list and the source on stdin: nothing from a model reaches a shell.
-            return subprocess.run(cmd, input=text, capture_output=True, text=True,
+            return subprocess.run(cmd, input=text, capture_output=True, text=True, env=env,
                                   timeout=b.cfg.compile_timeout_s)
         except subprocess.TimeoutExpired:
             out.unlink(missing_ok=True)
