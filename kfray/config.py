@@ -25,8 +25,8 @@ class SearchConfig:
     batch: int = 2                   # candidates an island proposes per generation
     migrate_every: int = 2           # generations between migrations
     checkpoint_every: int = 5        # generations between island checkpoints (results since are replayed)
-    share_budget: bool = False       # a task that can use no more of its budget gives the rest to the
-                                     # others (sweeps turn it on: one evaluation budget for the suite)
+    share_budget: bool = True        # a task that can use no more of its budget (it ran out of new
+                                     # kernels) gives the rest to the others, in a plain run as in a sweep
     migrants: int = 2                # top elites each island sends per migration
     topology: str = "ring"           # ring | full | custom
     adjacency: list = field(default_factory=list)  # for custom: adjacency[i] = islands i sends to

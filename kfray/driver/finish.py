@@ -70,11 +70,24 @@ def task_entry(co, ref: str, island_states: list[dict]) -> dict[str, Any]:
     order = ["correct", "best_speedup_vs_reference", "best_speedup_vs_seed", "best_hardware", "best_by_hardware",
              "best_candidate", "best_params", "cells_filled", "island_cells", "evaluated", "correct_count", "migrations"]
     entry = {k: entry[k] for k in order}
+    entry.update(dry_note(co.ledger.ran_dry(ref)))
     figures = best[1].facts.get("suite") if entry["correct"] else None
     if suite is not None and isinstance(figures, dict):      # the suite's own figures of the best
         entry["suite"] = {k: figures[k] for k in ("name", "speedup", "speedup_compile", "avg_mean_ms",
                                                   "ref_avg_mean_ms") if k in figures}
     return entry
+
+
+def dry_note(d: dict) -> dict[str, Any]:
+    """The summary's budget keys for a task, with a sentence when it ran dry or took leftovers."""
+    out = {k: d[k] for k in ("ran_dry", "budget", "budget_given", "budget_taken", "budget_unspent")}
+    if d["ran_dry"]:
+        out["note"] = (f"ran out of new kernels after {d['proposals']} proposals; "
+                       + (f"gave {d['budget_given']} evaluations to other tasks" if d["budget_given"]
+                          else f"{d['budget_unspent']} evaluations left unspent (no task could take them)"))
+    elif d["budget_taken"]:
+        out["note"] = f"took {d['budget_taken']} evaluations from tasks that ran dry"
+    return out
 
 
 def write_best(co, ref: str, c, r, label: str, suite) -> None:
