@@ -76,6 +76,9 @@ class EvalConfig:
     torch_compile: bool = False      # PyTorch tasks: also time torch.compile of the reference (a second
                                      # baseline; one compile per task, shape and sandbox; sweeps turn it on)
     tune_budget: int = 3             # @kf.param settings the inner tuner measures per candidate (0: off)
+    ncu: bool = False                # cuda: profile each task's best with Nsight Compute at the end of
+                                     # the run (when ncu is on PATH): occupancy, DRAM/SM share, stalls
+    ncu_timeout_s: float = 120.0
     placement: str = "none"          # none | spread | pack: a class's evaluators start all together, in
                                      # one Ray placement group, or the run stops with what is missing
     placement_timeout_s: float = 120.0   # how long the whole group may wait for its resources

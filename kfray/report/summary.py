@@ -4,6 +4,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from kfray.eval.profile_facts import profile_text
+
 
 def summary_table(summary: dict) -> Table:
     t = Table(title=f"kfray: {summary['evaluated']} candidates, {summary['islands']} islands, "
@@ -28,3 +30,5 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
     for name, s in summary["tasks"].items():
         if s.get("note"):
             console.print(f"{name}: {s['note']}")
+        if s.get("profile"):
+            console.print(f"{name} best, profiled: {profile_text(s['profile'])}")
