@@ -182,7 +182,12 @@ def main() -> int:
     store = Store(work / "search" / "kfray.db")
     best = roofline(summary, facts, store)
     chains = {ref: lineage(store, t["best_candidate"]) for ref, t in summary["tasks"].items() if t["correct"]}
-    cands = [c for c, r in store.evaluated() if c.source]
+    pairs = store.evaluated()
+    cands = [c for c, r in pairs if c.source]
+    by_origin: dict = {}
+    for c, r in pairs:                      # does each edit keep kernels correct on the GPU?
+        ok, total = by_origin.setdefault(c.task, {}).get(c.origin, (0, 0))
+        by_origin[c.task][c.origin] = (ok + bool(r.correct), total + 1)
     store.close()
 
     cold = warm = None
@@ -193,7 +198,7 @@ def main() -> int:
         warm = throughput(cands, cfg, "warm")
     li = None if args.skip_load_inline else load_inline_vs_kfray(cache)
 
-    report = {"device": facts, "search": summary, "best": best, "lineage": chains,
+    report = {"device": facts, "search": summary, "best": best, "lineage": chains, "correct_by_origin": by_origin,
               "throughput": [t for t in (cold, warm) if t], "load_inline": li}
     Path(args.out).write_text(json.dumps(report, indent=2, default=str))
 
@@ -213,6 +218,8 @@ def main() -> int:
         print(f"{ref:12s} {t['evaluated']:4d} / {t.get('budget', '?')}  cells {t['cells_filled']:2d}  "
               f"islands {t['island_cells']}  dry {t.get('ran_dry')}  {t.get('note', '')}")
         print("    " + " -> ".join(f"{c['origin']}{c['cell']}" for c in chains.get(ref, [])))
+        ops = by_origin.get(ref.split("@")[0], by_origin.get(ref, {}))
+        print("    correct/evaluated by origin: " + ", ".join(f"{o}:{a}/{b}" for o, (a, b) in sorted(ops.items())))
         if t.get("profile"):
             print(f"    ncu: {json.dumps(t['profile'])[:600]}")
     for t in (cold, warm):

@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from kfray.candidate import Candidate, EvalResult
-from kfray.eval.backends.cuda.profile import METRICS, ncu_command, parse_ncu_csv, profile_artifact
+from kfray.eval.backends.cuda.profile import METRICS, find_ncu, ncu_command, parse_ncu_csv, profile_artifact
 from kfray.eval.profile_facts import profile_text
 from kfray.proposers.base import Elite, ProposalContext
 from kfray.tasks import load_task
@@ -57,7 +57,8 @@ def test_no_metrics_is_an_error_fact_not_an_exception():
 
 
 def test_without_ncu_profiling_says_why(monkeypatch):
-    monkeypatch.setenv("PATH", "/nonexistent")
+    import kfray.eval.backends.cuda.profile as prof
+    monkeypatch.setattr(prof, "find_ncu", lambda: None)
     assert profile_artifact("/tmp/x.so", "softmax@gpu", "r8192c4096") == {"error": "ncu is not on PATH"}
 
 
@@ -88,7 +89,7 @@ def test_a_profiled_parent_shows_its_profile_in_the_prompt():
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(shutil.which("ncu") is None or shutil.which("nvcc") is None, reason="needs ncu and nvcc")
+@pytest.mark.skipif(find_ncu() is None or shutil.which("nvcc") is None, reason="needs ncu and nvcc")
 def test_profile_a_seed_on_the_gpu(tmp_path):
     from kfray.config import EvalConfig
     from kfray.eval.evaluator import Evaluator

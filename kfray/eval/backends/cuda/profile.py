@@ -68,9 +68,22 @@ def ncu_command(artifact: str, task_ref: str, shape: str, ncu: str = "ncu") -> l
             sys.executable, "-m", "kfray.eval.backends.cuda", "profile", artifact, task_ref, shape]
 
 
+def find_ncu() -> str | None:
+    """ncu on PATH, else where the CUDA toolkit or Nsight Compute installs put it."""
+    found = shutil.which("ncu")
+    if found:
+        return found
+    import glob
+    for pattern in ("/usr/local/cuda/bin/ncu", "/opt/nvidia/nsight-compute/*/ncu", "/usr/local/cuda-*/bin/ncu"):
+        hits = sorted(glob.glob(pattern))
+        if hits:
+            return hits[-1]
+    return None
+
+
 def profile_artifact(artifact: str, task_ref: str, shape: str, timeout_s: float = 120.0) -> dict[str, Any]:
     """The ncu facts of one kf_forward call of a built kernel, or {"error": why not}."""
-    ncu = shutil.which("ncu")
+    ncu = find_ncu()
     if ncu is None:
         return {"error": "ncu is not on PATH"}
     try:
