@@ -269,3 +269,14 @@ def test_cuda_walk_uses_cuda_edits_and_fills_cells(name):
     edits = {o for o in ops if o not in ("mutate_params", "switch_strategy", "recombine", "use_fma")}
     assert len(edits) >= 3, ops
     assert len(cells) >= 6, cells
+
+
+def test_fma_contracts_float_arithmetic_not_index_arithmetic():
+    from kfray.proposers.offline import _use_fma
+
+    src = ("    for (int64_t i = kf_v * 4 + kf_t; i < n; i += s) y[i] = a * x[i] + b;\n"
+           "    const int64_t j = row * cols + c;\n    float acc = w * v + u;\n    acc += p[k] * q[k];\n")
+    out = _use_fma(src, random.Random(0))
+    assert "i = kf_v * 4 + kf_t" in out and "j = row * cols + c" in out
+    assert "y[i] = std::fma(a, x[i], b)" in out and "acc = std::fma(w, v, u)" in out
+    assert "acc = std::fma(p[k], q[k], acc)" in out

@@ -39,10 +39,21 @@ _ACC_ADD = re.compile(rf"([\w.]+(?:\[[^\]\[;]+\])*)\s*\+=\s*({_TERM})\s*\*\s*({_
 TRIES = 6
 
 
+_INT_DECL = re.compile(r"\b(?:int|int64_t|int32_t|uint32_t|uint64_t|long|size_t|unsigned|auto|char|bool)\s+"
+                       r"(?:const\s+)?\w+\s*$")
+
+
+def _floaty(src: str, m: re.Match) -> bool:
+    """Not index arithmetic: no integer literal among the terms, no integer declaration before."""
+    line = src[src.rfind("\n", 0, m.start()) + 1:m.start()]
+    return not (any(re.fullmatch(r"\d+", g) for g in m.groups()) or _INT_DECL.search(line))
+
+
 def _use_fma(source: str, rng: random.Random) -> str | None:
-    """`y = a * x + b;` -> `y = std::fma(a, x, b);` and `s += a * b;` -> `s = std::fma(a, b, s);`."""
-    new = _MUL_ADD.sub(r"= std::fma(\1, \2, \3);", source)
-    new = _ACC_ADD.sub(r"\1 = std::fma(\2, \3, \1);", new)
+    """`y = a * x + b;` -> `y = std::fma(a, x, b);` and `s += a * b;` -> `s = std::fma(a, b, s);`
+    (float arithmetic only: index arithmetic such as `int64_t i = k * 4 + t;` stays exact)."""
+    new = _MUL_ADD.sub(lambda m: f"= std::fma({m[1]}, {m[2]}, {m[3]});" if _floaty(source, m) else m[0], source)
+    new = _ACC_ADD.sub(lambda m: f"{m[1]} = std::fma({m[2]}, {m[3]}, {m[1]});" if _floaty(new, m) else m[0], new)
     if new == source:
         return None
     return new if "<cmath>" in new else "#include <cmath>\n" + new
