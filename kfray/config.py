@@ -25,8 +25,8 @@ class SearchConfig:
     batch: int = 2                   # candidates an island proposes per generation
     migrate_every: int = 2           # generations between migrations
     checkpoint_every: int = 5        # generations between island checkpoints (results since are replayed)
-    share_budget: bool = False       # a task that can use no more of its budget gives the rest to the
-                                     # others (sweeps turn it on: one evaluation budget for the suite)
+    share_budget: bool = True        # a task that can use no more of its budget (it ran out of new
+                                     # kernels) gives the rest to the others, in a plain run as in a sweep
     migrants: int = 2                # top elites each island sends per migration
     topology: str = "ring"           # ring | full | custom
     adjacency: list = field(default_factory=list)  # for custom: adjacency[i] = islands i sends to
@@ -76,6 +76,9 @@ class EvalConfig:
     torch_compile: bool = False      # PyTorch tasks: also time torch.compile of the reference (a second
                                      # baseline; one compile per task, shape and sandbox; sweeps turn it on)
     tune_budget: int = 3             # @kf.param settings the inner tuner measures per candidate (0: off)
+    ncu: bool = False                # cuda: profile each task's best with Nsight Compute at the end of
+                                     # the run (when ncu is on PATH): occupancy, DRAM/SM share, stalls
+    ncu_timeout_s: float = 120.0
     placement: str = "none"          # none | spread | pack: a class's evaluators start all together, in
                                      # one Ray placement group, or the run stops with what is missing
     placement_timeout_s: float = 120.0   # how long the whole group may wait for its resources

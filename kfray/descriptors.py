@@ -63,14 +63,21 @@ CPP = {
 _SHARED = _r(r"__shared__")
 _WARP = _r(r"__shfl_\w*sync\b|__reduce_\w+_sync\b|tiled_partition|__ballot_sync\b|coalesced_threads")
 _BLOCK = _r(r"__syncthreads\s*\(|__shared__|this_thread_block")
+# The offline CUDA edits (kfray/proposers/cuda_edits.py) move kernels along these: cache hints
+# count as memory level 1, an explicit unroll factor (instruction-level parallelism) as compute
+# level 1, and an occupancy-shaped launch (grid-stride loop, min-blocks launch bounds, occupancy
+# query) as parallelism level 1.
+_CUDA_OCCUPANCY = _r(r"gridDim\.x\s*\*\s*blockDim\.x|cudaOccupancy\w+"
+                     r"|__launch_bounds__\s*\((?:[^(),]|\([^()]*\))+,")
 CUDA = {
-    "memory": [(1, _r(r"\b(?:float[24]|double2|half2|__half2|int4|uint4|__nv_bfloat162)\b|__ldg\s*\(")),
+    "memory": [(1, _r(r"\b(?:float[24]|double2|half2|__half2|int4|uint4|__nv_bfloat162)\b"
+                      r"|__ld(?:g|cs|cg|lu|ca)\s*\(|__st(?:cs|cg|wt)\s*\(")),
                (2, _SHARED), (3, _r(r"cp\.async|__pipeline_\w+|memcpy_async|cuda::pipeline")),
                (3, _r(r"__shared__[^;]*\[\s*2\s*\]\s*\[")),
                (3, (_SHARED, _r(r"^\s*(?:float|double|half|__half)\s+\w+\s*\[[^\]\n]+\]\s*\[")))],
-    "compute": [(1, _FMA), *[(2, p) for p in _ONLINE], (3, (_TSTEP, _SHARED)), (3, _TWO_TSTEPS),
-                (3, _MMA)],
-    "parallelism": [(1, _BLOCK), (2, _WARP), (3, (_WARP, _BLOCK)),
+    "compute": [(1, _FMA), (1, _r(r"#\s*pragma\s+unroll\s+\d")), *[(2, p) for p in _ONLINE],
+                (3, (_TSTEP, _SHARED)), (3, _TWO_TSTEPS), (3, _MMA)],
+    "parallelism": [(1, _BLOCK), (1, _CUDA_OCCUPANCY), (2, _WARP), (3, (_WARP, _BLOCK)),
                     (3, _r(r"__cluster_dims__|cluster_group|this_cluster|this_grid|grid\.sync"))],
 }
 

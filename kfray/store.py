@@ -80,6 +80,10 @@ class Store:
              json.dumps(r.stage_seconds), json.dumps(r.facts), r.hardware, r.evaluator, outcome, now)
             for c, r, outcome in rows])
 
+    def set_facts(self, cand_id: str, facts: dict) -> None:
+        """A stored result's facts, replaced (profiler facts added after the search)."""
+        self._tx("UPDATE candidates SET facts = ? WHERE id = ?", [(json.dumps(facts), cand_id)])
+
     def set_outcomes(self, pairs: list[tuple[str, str]]) -> None:
         self._tx("UPDATE candidates SET outcome = ? WHERE id = ?", [(o, i) for i, o in pairs])
 

@@ -39,8 +39,9 @@ from kfray.tasks import load_task  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def search(budget: int, work: Path, cache: Path) -> dict:
-    cfg = load_config(ROOT / "configs" / "cuda.yaml", [f"search.budget={budget}", f"eval.cache_dir={cache}"])
+def search(budget: int, work: Path, cache: Path, overrides: list[str] = ()) -> dict:
+    cfg = load_config(ROOT / "configs" / "cuda.yaml", [f"search.budget={budget}", f"eval.cache_dir={cache}",
+                                                       *overrides])
     cfg.eval.evaluators = 1
     t0 = time.time()
     summary = run_search(cfg, work / "search", progress=False)
@@ -68,6 +69,28 @@ def roofline(summary: dict, facts: dict, store: Store) -> list[dict]:
                          "fraction_of_copy_bw": (nbytes / sec / 1e9) / bw if bw else 0,
                          "params": cand.params})
     return rows
+
+
+def lineage(store: Store, cand_id: str) -> list[dict]:
+    """The best kernel's chain of parents, root first: which operators (edits) made it."""
+    chain, seen = [], set()
+    while cand_id and cand_id not in seen:
+        seen.add(cand_id)
+        got = store.candidate(cand_id)
+        if got is None:
+            break
+        c, r = got
+        chain.append({"id": c.id, "origin": c.origin, "cell": list(c.cell), "params": c.params,
+                      "speedup": round(r.speedup, 3) if r.correct else None})
+        cand_id = c.parent_id
+    return chain[::-1]
+
+
+def before_rows(path: Path) -> dict:
+    """(task, shape) -> the last recorded row of the main branch (the 'before' column)."""
+    if not path.exists():
+        return {}
+    return {(b["task"], b["shape"]): b for b in json.loads(path.read_text()).get("best", []) if "shape" in b}
 
 
 def throughput(cands: list[Candidate], cfg_eval, label: str) -> dict:
@@ -142,6 +165,10 @@ def main() -> int:
     ap.add_argument("--budget", type=int, default=40, help="evaluations per task in the search")
     ap.add_argument("--out", default="bench_cuda.json")
     ap.add_argument("--skip-load-inline", action="store_true")
+    ap.add_argument("--skip-throughput", action="store_true", help="no cold/warm re-evaluation of the candidates")
+    ap.add_argument("--set", action="append", default=[], help="config override for the search, e.g. eval.ncu=false")
+    ap.add_argument("--before", default=str(ROOT / "scripts" / "results" / "bench_cuda_h200.json"),
+                    help="an earlier JSON whose best rows are the 'before' column")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="kfray-bench-cuda-"))
     cache = work / "cache"
@@ -151,31 +178,56 @@ def main() -> int:
     facts = CudaBackend(EvalConfig(backend="cuda", cache_dir=str(cache))).device_facts()
     print("device:", json.dumps(facts))
 
-    summary = search(args.budget, work, cache / "search")
+    summary = search(args.budget, work, cache / "search", args.set)
     store = Store(work / "search" / "kfray.db")
     best = roofline(summary, facts, store)
-    cands = [c for c, r in store.evaluated() if c.source]
+    chains = {ref: lineage(store, t["best_candidate"]) for ref, t in summary["tasks"].items() if t["correct"]}
+    pairs = store.evaluated()
+    cands = [c for c, r in pairs if c.source]
+    by_origin: dict = {}
+    for c, r in pairs:                      # does each edit keep kernels correct on the GPU?
+        ok, total = by_origin.setdefault(c.task, {}).get(c.origin, (0, 0))
+        by_origin[c.task][c.origin] = (ok + bool(r.correct), total + 1)
     store.close()
 
-    cfg = load_config(ROOT / "configs" / "cuda.yaml").eval
-    cfg.cache_dir = str(cache / "throughput")
-    cold = throughput(cands, cfg, "cold")
-    warm = throughput(cands, cfg, "warm")
+    cold = warm = None
+    if not args.skip_throughput:
+        cfg = load_config(ROOT / "configs" / "cuda.yaml").eval
+        cfg.cache_dir = str(cache / "throughput")
+        cold = throughput(cands, cfg, "cold")
+        warm = throughput(cands, cfg, "warm")
     li = None if args.skip_load_inline else load_inline_vs_kfray(cache)
 
-    report = {"device": facts, "search": summary, "best": best, "throughput": [cold, warm], "load_inline": li}
+    report = {"device": facts, "search": summary, "best": best, "lineage": chains, "correct_by_origin": by_origin,
+              "throughput": [t for t in (cold, warm) if t], "load_inline": li}
     Path(args.out).write_text(json.dumps(report, indent=2, default=str))
 
-    print("\nbest kernel per task and shape (search budget %d per task)" % args.budget)
-    print(f"{'task':14s} {'shape':18s} {'kernel ms':>10s} {'ref ms':>9s} {'vs ref':>7s} {'GB/s':>8s} "
-          f"{'GFLOP/s':>9s} {'of roofline':>11s}")
+    before = before_rows(Path(args.before))
+    print("\nbest kernel per task and shape (search budget %d per task); before: %s" % (args.budget, args.before))
+    print(f"{'task':12s} {'shape':16s} {'kernel ms':>9s} {'ref ms':>8s} {'vs ref':>7s} {'GB/s':>6s} "
+          f"{'GFLOP/s':>8s} {'roofline':>8s} {'copy bw':>7s} | {'before vs ref':>13s} {'roofline':>8s}")
     for b in best:
         if "shape" in b:
-            print(f"{b['task']:14s} {b['shape']:18s} {b['kernel_ms']:10.4f} {b['reference_ms']:9.4f} "
-                  f"{b['speedup_vs_ref']:7.2f} {b['gbps']:8.0f} {b['gflops']:9.0f} {100 * b['fraction_of_roofline']:10.1f}%")
-    print("\nevaluation throughput, one GPU")
-    print(f"{'cache':6s} {'cands':>6s} {'per min':>8s} {'compile s':>10s} {'check s':>8s} {'time s':>7s} {'GPU busy':>9s}")
+            o = before.get((b["task"], b["shape"]), {})
+            print(f"{b['task']:12s} {b['shape']:16s} {b['kernel_ms']:9.4f} {b['reference_ms']:8.4f} "
+                  f"{b['speedup_vs_ref']:7.2f} {b['gbps']:6.0f} {b['gflops']:8.0f} {100 * b['fraction_of_roofline']:7.1f}% "
+                  f"{100 * b['fraction_of_copy_bw']:6.1f}% | {o.get('speedup_vs_ref', float('nan')):13.2f} "
+                  f"{100 * o.get('fraction_of_roofline', float('nan')):7.1f}%")
+    print("\nper task: evaluated / budget, cells, cells per island, ran dry, best's lineage (root first)")
+    for ref, t in summary["tasks"].items():
+        print(f"{ref:12s} {t['evaluated']:4d} / {t.get('budget', '?')}  cells {t['cells_filled']:2d}  "
+              f"islands {t['island_cells']}  dry {t.get('ran_dry')}  {t.get('note', '')}")
+        print("    " + " -> ".join(f"{c['origin']}{c['cell']}" for c in chains.get(ref, [])))
+        ops = by_origin.get(ref.split("@")[0], by_origin.get(ref, {}))
+        print("    correct/evaluated by origin: " + ", ".join(f"{o}:{a}/{b}" for o, (a, b) in sorted(ops.items())))
+        if t.get("profile"):
+            print(f"    ncu: {json.dumps(t['profile'])[:600]}")
     for t in (cold, warm):
+        if t is None:
+            continue
+        if t is cold:
+            print("\nevaluation throughput, one GPU")
+            print(f"{'cache':6s} {'cands':>6s} {'per min':>8s} {'compile s':>10s} {'check s':>8s} {'time s':>7s} {'GPU busy':>9s}")
         print(f"{t['label']:6s} {t['candidates']:6d} {t['per_minute']:8.1f} {t['compile_s']:10.3f} "
               f"{t['correctness_s']:8.3f} {t['timing_s']:7.3f} {100 * t['gpu_busy_fraction']:8.0f}%")
     if li:

@@ -45,8 +45,8 @@ def test_every_seed_has_the_exact_signature():
     for task, seed in SEEDS:
         assert load_task(task).signature("cuda") in seed.source, f"{task}/{seed.name}"
     names = {t: {s.name for s in load_task(t).seeds_for("cuda")} for t in ("axpb", "softmax", "matmul")}
-    want = {"axpb": {"naive", "vec4", "ilp"}, "softmax": {"naive", "block", "warp"},
-            "matmul": {"naive", "tiled", "regblock"}}
+    want = {"axpb": {"naive", "vec4", "ilp"}, "softmax": {"naive", "block", "warp", "rowcache"},
+            "matmul": {"naive", "tiled", "regblock", "sgemm"}}
     for task, strategies in want.items():
         assert strategies <= names[task], (task, names[task])
         assert load_task(task).baseline_seed("cuda").name == "naive"

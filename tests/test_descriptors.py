@@ -261,3 +261,13 @@ def test_sycl_jit_patterns():
     regtile = slm.replace("if (i < n)", "float acc[4][4];\n    if (i < n)")
     assert describe(regtile, "sycl_jit")[0] == 3
     assert "work_group_static" in step_directive("memory", 2, "sycl_jit")
+
+
+def test_cuda_descriptors_see_the_offline_edits():
+    """Cache hints, an unroll factor and an occupancy-shaped launch each move a CUDA kernel."""
+    assert describe(CUDA_NAIVE.replace("x[i]", "__ldcs(&x[i])"), "cuda")[0] == 1
+    unrolled = CUDA_NAIVE.replace("if (i < n)", "#pragma unroll 4\n    for (; i < n; i += gridDim.x * blockDim.x)")
+    assert describe(unrolled, "cuda")[1:] == (1, 1)
+    bounded = CUDA_NAIVE.replace("__global__ void", "__global__ void __launch_bounds__(BLOCK * 2, 4)")
+    assert describe(bounded, "cuda")[2] == 1
+    assert describe(CUDA_NAIVE.replace("__global__ void", "__global__ void __launch_bounds__(256)"), "cuda")[2] == 0

@@ -126,3 +126,21 @@ def test_the_tally_names_the_best_and_its_speedup_over_the_baseline_seed():
     assert t["correct"] and t["best_candidate"] == c.id and t["best_hardware"] == "cpu"
     assert t["best_speedup_vs_reference"] == 6.0 and t["best_speedup_vs_seed"] == 3.0
     assert t["evaluated"] == 3 and t["correct_count"] == 2
+
+
+def test_a_task_that_ran_dry_says_so_and_what_it_gave():
+    from kfray.config import SearchConfig
+    from kfray.driver.finish import dry_note
+
+    assert SearchConfig().share_budget            # a plain run shares leftovers too, not only sweeps
+    led = ledger(budget=4, tasks=("a", "b"), islands=1, share_budget=True, saturate_factor=1)
+    led.tasks["a"].proposals, led.tasks["a"].spent = 9, 2
+    led.share_leftovers()
+    a, b = dry_note(led.ran_dry("a")), dry_note(led.ran_dry("b"))
+    assert a["ran_dry"] and a["budget_given"] == 2 and "gave 2 evaluations" in a["note"]
+    assert not b["ran_dry"] and b["budget_taken"] == 2 and b["budget"] == 6 and "took 2" in b["note"]
+    led.tasks["b"].proposals = 9                    # both dry: nobody to give to
+    alone = ledger(budget=4, tasks=("a",), islands=1, share_budget=True, saturate_factor=1)
+    alone.tasks["a"].proposals, alone.tasks["a"].spent = 9, 1
+    alone.share_leftovers()
+    assert "3 evaluations left unspent" in dry_note(alone.ran_dry("a"))["note"]

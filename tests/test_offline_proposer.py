@@ -232,3 +232,51 @@ def test_loop_edits_compound_on_softmax():
     # a loop that writes a scalar from outside in a way no clause covers is not vectorized
     assert add_simd("void g(float* y, int n) { float t = 0;\n  for (int i = 0; i < n; ++i) t = y[i] * t + 1; }",
                     random.Random(0)) is None
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_cuda_walk_uses_cuda_edits_and_fills_cells(name):
+    """On CUDA the proposer edits sources (not only parameters): over 150 proposals the children
+    reach at least 6 descriptor cells and keep the kf_forward signature and legal parameters."""
+    from kfray.descriptors import describe
+    from kfray.proposers.offline import operators_for
+
+    task = load_task(name)
+    seeds = task.seeds_for("cuda")
+    rng = random.Random(7)
+    prop = OfflineProposer()
+    pool = []
+    for s in seeds:
+        c = Candidate(task=task.name, language="cuda", source=s.source, params=parse_params(s.source).default(),
+                      cell=describe(s.source, "cuda"))
+        pool.append(Elite(c, EvalResult(candidate_id=c.id, tier=5, times={"s": 1.0}, ref_times={"s": 1.0})))
+    cells, ops = set(), Counter()
+    for i in range(150):
+        parent = rng.choice(pool)
+        ctx = ProposalContext(task=task, language="cuda", parent=parent, inspirations=rng.sample(pool, k=2),
+                              target_cell=None, meta_prompt=None, device_facts={}, island=0, generation=i + 1,
+                              occupied={tuple(e.candidate.cell) for e in pool})
+        child = prop.propose(ctx, rng)
+        op = child.origin.split(":", 1)[1]
+        assert op in operators_for("cuda") and op not in ("add_simd", "toggle_parallel")
+        assert task.signature("cuda") in child.source, op
+        space = parse_params(child.source)
+        assert set(child.params) == set(space.values) and space.allows(child.params), (op, child.params)
+        ops[op] += 1
+        child.cell = describe(child.source, "cuda")
+        cells.add(tuple(child.cell))
+        pool.append(Elite(child, EvalResult(candidate_id=child.id, tier=5, times={"s": 1.0}, ref_times={"s": 1.0})))
+    edits = {o for o in ops if o not in ("mutate_params", "switch_strategy", "recombine", "use_fma")}
+    assert len(edits) >= 3, ops
+    assert len(cells) >= 6, cells
+
+
+def test_fma_contracts_float_arithmetic_not_index_arithmetic():
+    from kfray.proposers.offline import _use_fma
+
+    src = ("    for (int64_t i = kf_v * 4 + kf_t; i < n; i += s) y[i] = a * x[i] + b;\n"
+           "    const int64_t j = row * cols + c;\n    float acc = w * v + u;\n    acc += p[k] * q[k];\n")
+    out = _use_fma(src, random.Random(0))
+    assert "i = kf_v * 4 + kf_t" in out and "j = row * cols + c" in out
+    assert "y[i] = std::fma(a, x[i], b)" in out and "acc = std::fma(w, v, u)" in out
+    assert "acc = std::fma(p[k], q[k], acc)" in out

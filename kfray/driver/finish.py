@@ -30,8 +30,11 @@ def finish(co, t_start: float) -> dict[str, Any]:
     co.save_prompts(force=True)
     prompts = ray.get(co.evolver.all_prompts.remote())
     per_task = {}
+    profiles = profile_bests(co)
     for ref in led.tasks:
         per_task[ref] = task_entry(co, ref, island_states)
+        if ref in profiles:
+            per_task[ref]["profile"] = profiles[ref]
     summary = {
         "tasks": per_task,
         "islands": len(order),
@@ -70,11 +73,48 @@ def task_entry(co, ref: str, island_states: list[dict]) -> dict[str, Any]:
     order = ["correct", "best_speedup_vs_reference", "best_speedup_vs_seed", "best_hardware", "best_by_hardware",
              "best_candidate", "best_params", "cells_filled", "island_cells", "evaluated", "correct_count", "migrations"]
     entry = {k: entry[k] for k in order}
+    entry.update(dry_note(co.ledger.ran_dry(ref)))
     figures = best[1].facts.get("suite") if entry["correct"] else None
     if suite is not None and isinstance(figures, dict):      # the suite's own figures of the best
         entry["suite"] = {k: figures[k] for k in ("name", "speedup", "speedup_compile", "avg_mean_ms",
                                                   "ref_avg_mean_ms") if k in figures}
     return entry
+
+
+def profile_bests(co) -> dict[str, dict]:
+    """eval.ncu: each task's best kernel profiled by an evaluator of its hardware class (all at
+    once, after the search: elites only, never the per-candidate path); the facts are kept with
+    the best's result, so the report and later prompts see them."""
+    jobs = {}
+    for ref, t in co.ledger.tasks.items():
+        if not t.best or not t.best[1].correct:
+            continue
+        c, r = t.best
+        hc = co.by_label.get(r.hardware) or co.classes[0]
+        if hc.cfg.backend == "cuda" and hc.cfg.ncu and hc.evaluators:
+            jobs[ref] = hc.evaluators[0].profile.remote(c.to_dict(), ref)
+    out = {}
+    for ref, fut in jobs.items():
+        try:
+            out[ref] = ray.get(fut)
+        except ray.exceptions.RayError as e:
+            out[ref] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
+        c, r = co.ledger.tasks[ref].best
+        r.facts["profile"] = out[ref]
+        co.store.set_facts(c.id, r.facts)
+    return out
+
+
+def dry_note(d: dict) -> dict[str, Any]:
+    """The summary's budget keys for a task, with a sentence when it ran dry or took leftovers."""
+    out = {k: d[k] for k in ("ran_dry", "budget", "budget_given", "budget_taken", "budget_unspent")}
+    if d["ran_dry"]:
+        out["note"] = (f"ran out of new kernels after {d['proposals']} proposals; "
+                       + (f"gave {d['budget_given']} evaluations to other tasks" if d["budget_given"]
+                          else f"{d['budget_unspent']} evaluations left unspent (no task could take them)"))
+    elif d["budget_taken"]:
+        out["note"] = f"took {d['budget_taken']} evaluations from tasks that ran dry"
+    return out
 
 
 def write_best(co, ref: str, c, r, label: str, suite) -> None:

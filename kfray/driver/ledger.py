@@ -30,6 +30,7 @@ class TaskBook:
 
     ref: str
     budget: int = 0                   # evaluations; grows when a saturated task hands over leftovers
+    start_budget: int = 0             # its own share, before any leftovers moved
     spent: int = 0                    # candidates submitted (the budget counts these)
     proposals: int = 0                # everything the islands proposed, duplicates included
     seen: set = field(default_factory=set)              # (label, hash) ever submitted
@@ -60,7 +61,7 @@ class TaskLedger:
 
     def __init__(self, refs: list[str], budget: int, batch: int, migrate_every: int = 2,
                  share_budget: bool = False, saturate_factor: int = 20):
-        self.tasks = {r: TaskBook(r, budget=budget) for r in refs}
+        self.tasks = {r: TaskBook(r, budget=budget, start_budget=budget) for r in refs}
         self.per_task_budget = budget
         self.batch = batch
         self.migrate_every = migrate_every
@@ -256,6 +257,18 @@ class TaskLedger:
             left, t.budget = t.budget - t.spent, t.spent
             for k, o in enumerate(takers):
                 o.budget += left // len(takers) + (1 if k < left % len(takers) else 0)
+
+    def ran_dry(self, ref: str) -> dict[str, Any]:
+        """Whether a task ran out of new kernels (its islands only proposed kernels already
+        evaluated, `saturate_factor` x its budget times over) and what moved: evaluations it gave
+        to other tasks, or took from tasks that ran dry."""
+        t = self.tasks[ref]
+        dry = t.proposals > self.saturated_after
+        unspent = max(0, t.budget - t.spent)
+        return {"ran_dry": dry, "proposals": t.proposals, "budget": t.budget,
+                "budget_given": max(0, t.start_budget - t.budget),
+                "budget_taken": max(0, t.budget - t.start_budget),
+                "budget_unspent": unspent}
 
     def total_budget(self) -> int:
         return sum(t.budget for t in self.tasks.values())

@@ -107,6 +107,22 @@ class Evaluator:
         self._compiled.add(job["task_ref"])
         return self.cfg.timeout_s + self.cfg.compile_timeout_s * len(task.shapes)
 
+    def profile(self, cand: dict | Candidate, task_ref: str, shape: str | None = None) -> dict:
+        """Nsight Compute facts of an elite (eval.ncu), on its task's largest shape unless named:
+        the build comes from the compile cache, ncu runs while this evaluator holds its device."""
+        if self.backend.name != "cuda":
+            return {"error": f"profiling needs the cuda backend, not {self.backend.name}"}
+        from kfray.eval.backends.cuda.profile import profile_artifact
+        c = cand if isinstance(cand, Candidate) else Candidate.from_dict(cand)
+        task = load_task(task_ref)
+        try:
+            build = self.backend.compile(c.source, c.params, task)
+        except CompileError as e:
+            return {"error": f"does not build: {str(e)[:200]}"}
+        shape = shape or max(task.shapes, key=lambda s: task.cost(s)[0])
+        with self.device_lock:
+            return profile_artifact(build.artifact, task_ref, shape, timeout_s=self.cfg.ncu_timeout_s)
+
     def stats(self) -> dict:
         return {"name": self.name, "evaluated": self.evaluated, "sandbox_restarts": self.sandbox.restarts,
                 "device_busy_s": self.device_busy_s,

@@ -5,6 +5,7 @@ stays cheap and well inside any model's context window.
 """
 from __future__ import annotations
 
+from kfray.eval.profile_facts import profile_text
 from kfray.prompts.contracts import kernel_contract
 from kfray.proposal import Elite, ProposalContext
 
@@ -56,6 +57,11 @@ def _code(source: str, language: str, max_lines: int) -> str:
 def _elite_header(e: Elite) -> str:
     params = ", ".join(f"{k}={v}" for k, v in e.candidate.params.items()) or "none"
     return f"params: {params}; fitness {e.result.fitness:.3f} (tier {e.result.tier})"
+
+
+def _profile(e: Elite) -> str:
+    """Nsight Compute facts of an elite (eval.ncu), when it has been profiled."""
+    return profile_text((e.result.facts or {}).get("profile"))
 
 
 def _tuning(e: Elite, limit: int = 6) -> str:
@@ -119,6 +125,9 @@ def user_message(ctx: ProposalContext) -> str:
         tuning = _tuning(p)
         if tuning:
             parts.append(_section("Parameter settings measured for the parent (best first)", tuning))
+        profile = _profile(p)
+        if profile:
+            parts.append(_section("Profiler (Nsight Compute) on the parent", profile))
     else:
         seed = task.baseline_seed(lang)
         if seed is not None:

@@ -4,7 +4,10 @@ Operators: mutate one or two template parameters, switch to another seed strateg
 parameters whose names match), recombine the parameters of two parents, toggle the SIMD or
 thread-parallel pragmas of OpenMP loops, contract multiply-adds into fma, and the loop edits of
 kfray/proposers/loop_edits.py (thread the outer loop, vectorize an inner loop with its
-reductions, a vectorizable exponential), which compound over generations. Like a model asked
+reductions, a vectorizable exponential) for C++, and for CUDA the edits of
+kfray/proposers/cuda_edits.py and cuda_reductions.py (128-bit loads, grid-stride loops with an
+occupancy-aware grid, unrolling, launch bounds, cache hints, shared-tile padding, warp-shuffle
+reductions, online softmax); edits compound over generations. Like a model asked
 for a target cell, it tries several edits and prefers one that lands in the target cell, or
 else in a cell the island has not filled yet.
 Meta-prompt hints raise the weight of the operators they name, so the co-evolved prompts steer
@@ -19,13 +22,16 @@ import re
 import time
 
 from kfray.candidate import Candidate
-from kfray.proposers import loop_edits
+from kfray.languages import family
+from kfray.proposers import cuda_edits, cuda_reductions, loop_edits
 from kfray.proposers.base import ProposalContext, Proposer
 from kfray.descriptors import describe
 from kfray.source import parse_params
 
-OPERATORS = ("mutate_params", "switch_strategy", "recombine", "toggle_simd", "toggle_parallel", "use_fma",
-             "add_parallel", "add_simd", "fast_exp")
+_COMMON = ("mutate_params", "switch_strategy", "recombine", "use_fma")
+_CPP_OPS = ("toggle_simd", "toggle_parallel", "add_parallel", "add_simd", "fast_exp")
+_CUDA_EDITS = {**cuda_edits.EDITS, **cuda_reductions.EDITS}
+OPERATORS = _COMMON + _CPP_OPS + tuple(_CUDA_EDITS)
 _OMP_FOR = re.compile(r"^(\s*#pragma omp )(parallel for|for)( simd)?(.*)$", re.M)
 _TERM = r"[\w.]+(?:\[[^\]\[;]+\])?"
 _MUL_ADD = re.compile(rf"=\s*({_TERM})\s*\*\s*({_TERM})\s*\+\s*({_TERM})\s*;")
@@ -33,10 +39,21 @@ _ACC_ADD = re.compile(rf"([\w.]+(?:\[[^\]\[;]+\])*)\s*\+=\s*({_TERM})\s*\*\s*({_
 TRIES = 6
 
 
+_INT_DECL = re.compile(r"\b(?:int|int64_t|int32_t|uint32_t|uint64_t|long|size_t|unsigned|auto|char|bool)\s+"
+                       r"(?:const\s+)?\w+\s*$")
+
+
+def _floaty(src: str, m: re.Match) -> bool:
+    """Not index arithmetic: no integer literal among the terms, no integer declaration before."""
+    line = src[src.rfind("\n", 0, m.start()) + 1:m.start()]
+    return not (any(re.fullmatch(r"\d+", g) for g in m.groups()) or _INT_DECL.search(line))
+
+
 def _use_fma(source: str, rng: random.Random) -> str | None:
-    """`y = a * x + b;` -> `y = std::fma(a, x, b);` and `s += a * b;` -> `s = std::fma(a, b, s);`."""
-    new = _MUL_ADD.sub(r"= std::fma(\1, \2, \3);", source)
-    new = _ACC_ADD.sub(r"\1 = std::fma(\2, \3, \1);", new)
+    """`y = a * x + b;` -> `y = std::fma(a, x, b);` and `s += a * b;` -> `s = std::fma(a, b, s);`
+    (float arithmetic only: index arithmetic such as `int64_t i = k * 4 + t;` stays exact)."""
+    new = _MUL_ADD.sub(lambda m: f"= std::fma({m[1]}, {m[2]}, {m[3]});" if _floaty(source, m) else m[0], source)
+    new = _ACC_ADD.sub(lambda m: f"{m[1]} = std::fma({m[2]}, {m[3]}, {m[1]});" if _floaty(new, m) else m[0], new)
     if new == source:
         return None
     return new if "<cmath>" in new else "#include <cmath>\n" + new
@@ -91,6 +108,11 @@ def _toggle(source: str, rng: random.Random, what: str) -> str | None:
     return source[:m.start()] + f"{head}{kind}{simd}{rest}" + source[m.end():]
 
 
+def operators_for(language: str) -> tuple[str, ...]:
+    """The operators that can apply to a language: CUDA edits for CUDA kernels, OpenMP ones else."""
+    return _COMMON + (tuple(_CUDA_EDITS) if family(language) == "cuda" and language != "suite" else _CPP_OPS)
+
+
 class OfflineProposer(Proposer):
     name = "offline"
 
@@ -103,7 +125,7 @@ class OfflineProposer(Proposer):
         else:
             src, params = ctx.parent.candidate.source, dict(ctx.parent.candidate.params)
             parent_id = ctx.parent.candidate.id
-        weights = {op: 1.0 for op in OPERATORS}
+        weights = {op: 1.0 for op in operators_for(ctx.language)}
         if not ctx.uniform:
             weights["mutate_params"] = 2.0
             for hint in (ctx.meta_prompt.hints if ctx.meta_prompt else []):
@@ -153,6 +175,12 @@ class OfflineProposer(Proposer):
                          propose_seconds=time.perf_counter() - t0)
 
     def _apply(self, op, src, params, ctx, seeds, rng):
+        if op in _CUDA_EDITS:
+            try:
+                new = _CUDA_EDITS[op](src, rng)
+            except (ValueError, IndexError):        # a source the edit misreads: no option
+                new = None
+            return (new, _fit_params(new, params, rng)) if new else None
         if op == "mutate_params":
             p = _random_params(src, rng) if ctx.uniform else _mutate_params(src, params, rng)
             return (src, p) if p is not None else None

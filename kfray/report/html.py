@@ -10,6 +10,7 @@ from html import escape
 from pathlib import Path
 
 from kfray.candidate import TIER_NAMES
+from kfray.eval.profile_facts import profile_text
 from kfray.report import plots
 from kfray.report.data import Run, archive_cells, load_run
 from kfray.report.roofline import ceilings, shape_rows
@@ -196,6 +197,8 @@ def write_report(run_dir: str | Path, out: str | Path | None = None) -> tuple[Pa
         src, params = run.source(best["id"])
         body.append(f"<h3>Best kernel</h3><p>{_describe(best)}<br>parameters: "
                     f"<code>{escape(json.dumps(params))}</code></p>")
+        if (best.get("facts") or {}).get("profile"):
+            body.append(f"<p>Nsight Compute: {escape(profile_text(best['facts']['profile']))}</p>")
         if best["times"]:
             tab, rows = timings_html(run, best)
             body.append(tab + fig(plots.timings_figure, f"timings_{s}.png", task, rows))

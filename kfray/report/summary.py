@@ -4,6 +4,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from kfray.eval.profile_facts import profile_text
+
 
 def summary_table(summary: dict) -> Table:
     t = Table(title=f"kfray: {summary['evaluated']} candidates, {summary['islands']} islands, "
@@ -12,7 +14,8 @@ def summary_table(summary: dict) -> Table:
     for col in ("task", "best vs ref", "best vs seed", "correct/total", "cells", "migrations"):
         t.add_column(col, justify="left" if col == "task" else "right", no_wrap=True)
     for name, s in summary["tasks"].items():
-        t.add_row(name,
+        dry = " (ran dry)" if s.get("ran_dry") else ""
+        t.add_row(name + dry,
                   f"{s['best_speedup_vs_reference']:.2f}x" if s["correct"] else "-",
                   f"{s['best_speedup_vs_seed']:.2f}x" if s["correct"] else "-",
                   f"{s['correct_count']} / {s['evaluated']}", str(s["cells_filled"]), str(s["migrations"]))
@@ -24,3 +27,8 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
 
     console = console or Console(width=None if sys.stdout.isatty() else 120)
     console.print(summary_table(summary))
+    for name, s in summary["tasks"].items():
+        if s.get("note"):
+            console.print(f"{name}: {s['note']}")
+        if s.get("profile"):
+            console.print(f"{name} best, profiled: {profile_text(s['profile'])}")
