@@ -88,14 +88,20 @@ def setup(plan: dict) -> None:
             covered.append(p)
         elif os.path.isfile(p):
             _mount("/dev/null", p, None, MS_BIND)           # a hidden file reads as empty
+    bound: list[str] = []
     for p in sorted(fds, key=len):
+        if p not in writable and _under(p, bound):   # visible already, through a folder bound above it
+            os.close(fds[p])
+            continue
         if os.path.isdir(f"/proc/self/fd/{fds[p]}"):
             os.makedirs(p, exist_ok=True)
         else:
             os.makedirs(os.path.dirname(p), exist_ok=True)
-            open(p, "a").close()
+            if not os.path.exists(p):   # never opened for writing: it may be a running program
+                open(p, "a").close()
         _mount(f"/proc/self/fd/{fds[p]}", p, None, MS_BIND | MS_REC)
         os.close(fds[p])
+        bound.append(p)
     _set_readonly("/", True)
     for p in covered:
         _set_readonly(p, False, recursive=False)           # the keep paths bound inside stay read-only
