@@ -122,11 +122,15 @@ class TaskLedger:
             t.seen.add(key)
             fresh.append(c)
             keys[c.id] = key
+        # a repair finishes the proposal of the failed child it fixes: the budget counted that one
+        free = [c for c in fresh if c.origin == "llm:repair"]
+        fresh = [c for c in fresh if c.origin != "llm:repair"]
         room = max(0, t.budget - t.spent)
         for c in fresh[room:]:          # over the budget: may be proposed again later
             t.seen.discard(keys[c.id])
         fresh = fresh[:room]
         t.spent += len(fresh)
+        fresh += free
         if not fresh:
             if not known:
                 self.busy.discard((ref, island))
