@@ -108,6 +108,12 @@ def _cmd_doctor(args) -> int:
             rows.append((mod, getattr(m, "__version__", "ok"), True))
         except Exception as e:
             rows.append((mod, f"not importable ({type(e).__name__})", mod not in ("ray", "numpy", "openai", "yaml")))
+    if args.llm:
+        from kfray.config import load_config
+        from kfray.proposers.preflight import llm_doctor
+
+        cfg = load_config(args.config, ["proposer.kind=llm"] + (args.set or []))
+        rows += llm_doctor(cfg.proposer)[0]
     for name, val, ok in rows:
         print(f"{'ok ' if ok else 'BAD'} {name:8s} {val}")
     return 0 if all(ok for _, _, ok in rows) else 1
@@ -154,7 +160,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="default: from the file (torch/extension.h included: torch_ext_*; .cu or CUDA code: cuda)")
     v.add_argument("--set", action="append", metavar="KEY=VALUE", help="an eval setting, e.g. eval.repeats=20")
     v.set_defaults(fn=_cmd_verify)
-    d = sub.add_parser("doctor", help="check compilers and packages")
+    d = sub.add_parser("doctor", help="check compilers and packages (--llm: the LLM endpoint too)")
+    d.add_argument("config", nargs="?", help="YAML config whose proposer section --llm checks")
+    d.add_argument("--llm", action="store_true", help="the LLM endpoint: its models, one tiny completion, "
+                                                      "tokens per second")
+    d.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="a proposer setting, e.g. proposer.base_url=http://127.0.0.1:8080/v1")
     d.set_defaults(fn=_cmd_doctor)
     return p
 

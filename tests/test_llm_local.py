@@ -182,3 +182,21 @@ def test_auto_mode_tries_both_then_follows_reward():
         assert p.choose_mode(ctx) == "diff"
         assert "SEARCH/REPLACE" in srv.requests[-1]["messages"][1]["content"] or \
             "SEARCH/REPLACE" in srv.requests[0]["messages"][1]["content"]
+
+
+def test_doctor_llm(capsys):
+    from kfray.cli import main
+
+    words = " ".join(f"tok{i}" for i in range(20))
+    with ScriptedServer([words], token_delay_s=0.01) as srv:
+        sets = [f"proposer.base_url={srv.base_url}", "proposer.model=local-model",
+                "proposer.api_key_env=KFRAY_TEST_NO_KEY"]
+        rc = main(["doctor", "--llm"] + [a for s in sets for a in ("--set", s)])
+        out = capsys.readouterr().out
+        assert f"ok  endpoint {srv.base_url}: models scripted-model" in out
+        assert "ok  model local-model 20 tokens; first after" in out and "tokens/s" in out
+        assert srv.requests[0]["stream"] is True
+    assert rc == 0
+    rc = main(["doctor", "--llm"] + [a for s in sets for a in ("--set", s)])   # the server is gone
+    out = capsys.readouterr().out
+    assert rc == 1 and f"BAD endpoint {srv.base_url}: APIConnectionError" in out
