@@ -32,6 +32,9 @@ _CODE_TAGS = {"", "cpp", "c++", "cuda", "cu", "c", "sycl", "opencl", "cl"}
 _SUITE_TAGS = _CODE_TAGS | {"python", "py"}      # a KernelBench ModelNew file is Python
 _FENCE_RE = re.compile(r"^[ \t]*```[ \t]*([\w+.-]*)[^\n]*\n(.*?)^[ \t]*```", re.M | re.S)
 MODES = ("diff", "rewrite")
+EDIT_FAILED = "the edit does not apply: "
+EDIT_RETRY = (". Copy each SEARCH block's lines exactly from the kernel you were given, or give the "
+              "complete file in one fenced code block.")
 
 
 def fenced_blocks(text: str) -> list[tuple[str, str]]:
@@ -177,12 +180,13 @@ class LLMProposer(Proposer):
 
     def choose_mode(self, ctx: ProposalContext) -> str:
         """diff or rewrite for this call: the config's, or with `auto` a UCB choice between them
-        (reward: the child's improvement, as for models); a repair is a diff unless `rewrite`."""
+        (reward: the child's improvement, as for models); a repair is a diff unless `rewrite`; with
+        nothing to edit (no parent, no seed), a rewrite."""
         mode = getattr(self.cfg, "edit_mode", "diff")
+        if edit_base(ctx) is None:          # no parent and no seed: nothing to edit
+            return "rewrite"
         if mode != "auto":
             return mode
-        if edit_base(ctx) is None:
-            return "rewrite"
         if ctx.repair:
             return "diff"
         n_total = sum(n for n, _ in self.modes.values())
@@ -212,9 +216,21 @@ class LLMProposer(Proposer):
             self.written.pop(next(iter(self.written)))
         self.last = {"mode": mode, "repair": ctx.repair, "parsed": False, "answer": "", "edit_error": ""}
         try:
-            text = self.complete(build_messages(ctx, mode, getattr(self.cfg, "prompt_tokens", 0)), spec)
+            messages = build_messages(ctx, mode, getattr(self.cfg, "prompt_tokens", 0))
+            text = self.complete(messages, spec)
             self.last["answer"] = text
             code, why = self.read_answer(text, ctx, mode)
+            if code is None and why.startswith(EDIT_FAILED) and getattr(self.cfg, "repair", False):
+                # edits that do not apply go back once, with the reason, in the same conversation
+                self.last["edit_error"] = why
+                tokens = dict(prompt_tokens=self.last.get("prompt_tokens", 0),
+                              completion_tokens=self.last.get("completion_tokens", 0))
+                text = self.complete(messages + [{"role": "assistant", "content": text},
+                                                 {"role": "user", "content": why + EDIT_RETRY}], spec)
+                for k, v in tokens.items():
+                    self.last[k] += v
+                self.last["answer"] = text
+                code, why = self.read_answer(text, ctx, mode)
             if code is None:
                 cand.no_code_reason = why
             else:
@@ -236,7 +252,7 @@ class LLMProposer(Proposer):
             try:
                 return apply_edits(base, parse_edits(text)), ""
             except EditError as e:
-                return None, f"the edit does not apply: {e}"
+                return None, f"{EDIT_FAILED}{e}"
         code = extract_code(text, ctx.language)
         if code is not None:
             return code, ""
