@@ -78,7 +78,8 @@ def one(prop: LLMProposer, ev, task, task_ref: str, parent: Elite, i: int) -> di
            "no_code_reason": cand.no_code_reason[:300], "tier": res.tier if res else 0,
            "reason": (res.reason[:300] if res else ""), "speedup": res.speedup if res else 0.0,
            "prompt_tokens": first.get("prompt_tokens", 0), "completion_tokens": first.get("completion_tokens", 0),
-           "request_s": first.get("request_s", 0.0), "repaired": False}
+           "request_s": first.get("request_s", 0.0), "repaired": False,
+           "edit_retried": bool(first.get("edit_error")), "answers": first.get("answers", [])}
     final = res
     if res is not None and 1 <= res.tier < 5:
         rctx = ProposalContext(task=task, language="cpp", parent=Elite(cand, res), inspirations=[],
@@ -90,7 +91,8 @@ def one(prop: LLMProposer, ev, task, task_ref: str, parent: Elite, i: int) -> di
         row.update(repaired=True, repair_parsed=bool(fix.source.strip()), repair_tier=fres.tier if fres else 0,
                    repair_reason=(fres.reason[:300] if fres else fix.no_code_reason[:300]),
                    repair_prompt_tokens=rep.get("prompt_tokens", 0),
-                   repair_completion_tokens=rep.get("completion_tokens", 0))
+                   repair_completion_tokens=rep.get("completion_tokens", 0),
+                   repair_answers=rep.get("answers", []))
         if fres is not None and fres.tier > res.tier:
             final = fres
     row["final_tier"] = final.tier if final else 0
@@ -114,6 +116,7 @@ def summarise(rows: list[dict]) -> dict:
         "correct": sum(r["tier"] == 5 for r in rows) / n,
         "correct_repaired": sum(r["final_tier"] == 5 for r in rows) / n,
         "repairs": sum(r["repaired"] for r in rows),
+        "edit_retries": sum(bool(r.get("edit_retried")) for r in rows),
         "best_speedup": max(r["final_speedup"] for r in rows),
         "prompt_tokens": statistics.mean(p for p, _ in reqs),
         "completion_tokens": statistics.mean(c for _, c in reqs),
@@ -123,13 +126,13 @@ def summarise(rows: list[dict]) -> dict:
 
 def table(groups: dict[str, dict]) -> str:
     head = ("| task | mode | N | proposals/min | parse | compile | compile after repair | correct | "
-            "correct after repair | repairs | best speedup | prompt tok/req | completion tok/req | s/proposal |")
-    lines = [head, "|" + "---|" * 14]
+            "correct after repair | repairs | edit retries | best speedup | prompt tok/req | completion tok/req | s/proposal |")
+    lines = [head, "|" + "---|" * 15]
     for key, s in groups.items():
         task, mode = key.split("|")
         lines.append(f"| {task} | {mode} | {s['n']} | {s['per_min']:.2f} | {s['parse']:.0%} | {s['compile']:.0%} | "
                      f"{s['compile_repaired']:.0%} | {s['correct']:.0%} | {s['correct_repaired']:.0%} | "
-                     f"{s['repairs']} | {s['best_speedup']:.2f}x | {s['prompt_tokens']:.0f} | "
+                     f"{s['repairs']} | {s['edit_retries']} | {s['best_speedup']:.2f}x | {s['prompt_tokens']:.0f} | "
                      f"{s['completion_tokens']:.0f} | {s['s_per_proposal']:.0f} |")
     return "\n".join(lines)
 
@@ -177,7 +180,8 @@ def main(argv=None) -> int:
             f"the CPU evaluator (g++ -O3, 1 thread); wall time {time.monotonic() - t_start:.0f} s.\n\n"
             + table(groups) + "\n\n"
             "parse: a code block with kf_forward, or SEARCH/REPLACE edits that apply to the parent. compile: "
-            "tier >= 2; correct: tier 5. 'after repair': a proposal that failed to compile or check went back "
+            "tier >= 2; correct: tier 5. edit retries: diff answers whose edits did not apply, sent back once "
+            "in the same conversation with the reason. 'after repair': a proposal that failed to compile or check went back "
             "once with its diagnostics. s/proposal includes the repair and the evaluations.\n")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -214,11 +214,11 @@ class LLMProposer(Proposer):
         self.written[cand.id] = (spec.model, mode)
         while len(self.written) > 4096:
             self.written.pop(next(iter(self.written)))
-        self.last = {"mode": mode, "repair": ctx.repair, "parsed": False, "answer": "", "edit_error": ""}
+        self.last = {"mode": mode, "repair": ctx.repair, "parsed": False, "answers": [], "edit_error": ""}
         try:
             messages = build_messages(ctx, mode, getattr(self.cfg, "prompt_tokens", 0))
             text = self.complete(messages, spec)
-            self.last["answer"] = text
+            self.last["answers"] = [text]
             code, why = self.read_answer(text, ctx, mode)
             if code is None and why.startswith(EDIT_FAILED) and getattr(self.cfg, "repair", False):
                 # edits that do not apply go back once, with the reason, in the same conversation
@@ -229,7 +229,7 @@ class LLMProposer(Proposer):
                                                  {"role": "user", "content": why + EDIT_RETRY}], spec)
                 for k, v in tokens.items():
                     self.last[k] += v
-                self.last["answer"] = text
+                self.last["answers"].append(text)
                 code, why = self.read_answer(text, ctx, mode)
             if code is None:
                 cand.no_code_reason = why
