@@ -222,3 +222,59 @@ def test_edit_that_does_not_apply_goes_back_once_with_the_reason():
         c = p.propose(ctx, random.Random(0))           # wrong twice: a tier-0 candidate that says why
         assert c.source == "" and c.no_code_reason.startswith("the edit does not apply: SEARCH block 1")
         assert len(srv.requests) == 4
+
+
+class _TaskServer(ScriptedServer):
+    """Answers by what is asked: a whole file for the task named in the prompt, broken (an
+    undeclared name) for a first try and fixed for a repair; each answer a new variant."""
+
+    def __init__(self, seeds: dict, **kw):
+        super().__init__(["unused"], **kw)
+        self.seeds, self.n = seeds, 0
+
+    def _take(self, body: dict):
+        with self._lock:
+            self.requests.append(body)
+            self.n += 1
+            user = body["messages"][1]["content"]
+            name = next((t for t in self.seeds if f"**{t}**" in user), None)
+            if name is None:                # the prompt evolver asking for new meta-prompts
+                return "no new sections"
+            src = self.seeds[name].replace("return 0;", f"volatile int v{self.n} = {self.n}; (void)v{self.n};\n"
+                                                        "    return 0;")
+            if "it failed; fix it" not in user:
+                src = src.replace("return 0;", "return zero;")
+            return f"```cpp\n{src}```"
+
+
+def test_a_run_on_a_one_at_a_time_server(ray_local, tmp_path, tmp_cache):
+    """The issue's scene: 2 tasks x 2 islands x batch 2 against a server that answers one request at
+    a time, with a timeout shorter than the queue: nothing is dropped or sent twice, and every
+    broken child is repaired once, free of the budget."""
+    from kfray.config import load_config
+    from kfray.driver import run_search
+    from kfray.store import Store
+    from kfray.tasks import load_task
+
+    seeds = {t: load_task(t).baseline_seed("cpp").source for t in ("axpb", "softmax")}
+    with _TaskServer(seeds, delay_s=0.3, serial=True) as srv:
+        cfg = load_config(None, ["tasks=[axpb, softmax]", "search.islands=2", "search.budget=6", "search.batch=2",
+                                 "eval.evaluators=1", "eval.tune_budget=0", "eval.trials=1", "eval.repeats=1",
+                                 f"eval.cache_dir={tmp_cache}", "proposer.kind=llm", "proposer.model=local",
+                                 f"proposer.base_url={srv.base_url}", "proposer.api_key_env=KFRAY_TEST_NO_KEY",
+                                 "proposer.timeout_s=1.0", "proposer.max_retries=2", "proposer.edit_mode=rewrite",
+                                 "search.near_duplicate=0", "prompts.evolve_every=1000"])
+        out = run_search(cfg, tmp_path / "run", progress=False)
+        assert srv.max_in_flight == 1 and srv.dropped == 0
+        n_requests = len(srv.requests)
+    assert out["llm"]["local"]["failures"] == 0 and out["llm"]["local"]["calls"] == n_requests
+    store = Store(tmp_path / "run" / "kfray.db")
+    try:
+        rows = [(c, r) for c, r in store.evaluated() if c.origin.startswith("llm:")]
+    finally:
+        store.close()
+    first = [(c, r) for c, r in rows if c.origin == "llm:local"]
+    fixed = [(c, r) for c, r in rows if c.origin == "llm:repair"]
+    assert len(first) == 6 and all(r.tier == 1 for _, r in first)     # 2 x (budget 6 - 3 seeds), broken
+    assert fixed and all(r.tier == 5 for _, r in fixed)                # repairs compile and are right
+    assert {c.parent_id for c, _ in fixed} <= {c.id for c, _ in first}

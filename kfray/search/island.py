@@ -272,7 +272,7 @@ class Island:
                "qd_score": self.archive.qd_score(), "best_fitness": best.result.fitness if best else 0.0,
                "best_id": best.candidate.id if best else None, "outcomes": dict(self.outcomes),
                "transitions": self.gradient.total, "near_duplicates": self.near_duplicates,
-               "exhausted": self.exhausted}
+               "exhausted": self.exhausted, "repairs": len(self.repairs)}
         if self.qd_on:
             out["gradient"] = list(self.gradient.estimate(self.archive))
         usage = self.proposer.usage_by_model()
