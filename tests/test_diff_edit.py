@@ -50,6 +50,17 @@ def test_reindented_search_still_matches():
     assert "y[i] = b + a * x[i];" in out and "a * x[i] + b" not in out
 
 
+def test_a_nearly_copied_block_matches_only_when_unambiguous():
+    # the model wrote `float` for `int64_t` in the loop header: 90% alike, one such window
+    answer = block("    for (float i = 0; i < n; ++i)\n        y[i] = a * x[i] + b;",
+                   "    for (int64_t i = 0; i < n; ++i)\n        y[i] = std::fma(a, x[i], b);")
+    assert "std::fma(a, x[i], b)" in apply_edits(PARENT, parse_edits(answer))
+    with pytest.raises(EditError, match="does not match"):
+        apply_edits(PARENT, parse_edits(answer), fuzzy=0)
+    with pytest.raises(EditError, match="does not match"):      # far from anything: no guess
+        apply_edits(PARENT, parse_edits(block("    while (k < m) z[k] = 0;", "")))
+
+
 def test_no_match_names_block_and_closest_line():
     answer = block("#include <cstdint>", "#include <cstdint>\n#include <omp.h>") + "\n" + \
         block("    for (int i = 0; i < n; i++)", "    for (int i = 0; i < n; i += 2)")

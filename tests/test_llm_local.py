@@ -202,25 +202,25 @@ def test_doctor_llm(capsys):
     assert rc == 1 and f"BAD endpoint {srv.base_url}: APIConnectionError" in out
 
 
-def test_edit_that_does_not_apply_goes_back_once_with_the_reason():
+def test_edit_that_does_not_apply_is_asked_again_as_a_whole_file():
     from kfray.proposal import ProposalContext
     from kfray.tasks import load_task
 
-    wrong = "<<<<<<< SEARCH\n    for (int i = 0; i < n; i++)\n=======\n    for (int i = 0; i < n; i += 2)\n>>>>>>> REPLACE"
-    good = "<<<<<<< SEARCH\n        y[i] = a * x[i] + b;\n=======\n        y[i] = b + a * x[i];\n>>>>>>> REPLACE"
+    wrong = "<<<<<<< SEARCH\n    while (k < m) z[k] = 0;\n=======\n    z[0] = 1;\n>>>>>>> REPLACE"
+    whole = "```cpp\n" + AXPB.replace("a * x[i] + b", "b + a * x[i]") + "```"
     task = load_task("axpb")
     ctx = ProposalContext(task=task, language="cpp", parent=None, inspirations=[], target_cell=None,
                           meta_prompt=None, device_facts={}, island=0, generation=1)
-    with ScriptedServer([wrong, good, wrong]) as srv:
+    with ScriptedServer([wrong, whole, wrong]) as srv:
         p = LLMProposer(_cfg(srv, edit_mode="diff"))
-        c = p.propose(ctx, random.Random(0))           # no parent: the edits apply to the baseline seed
-        assert "y[i] = b + a * x[i];" in c.source and "kf_forward" in c.source and c.no_code_reason == ""
-        follow_up = srv.requests[1]["messages"]
-        assert [m["role"] for m in follow_up] == ["system", "user", "assistant", "user"]
-        assert "SEARCH block 1 of 1 does not match the parent" in follow_up[-1]["content"]
+        c = p.propose(ctx, random.Random(0))           # no parent: the edits are against the baseline seed
+        assert "y[i] = b + a * x[i];" in c.source and c.no_code_reason == ""
+        assert "does not match the parent" in p.last["edit_error"]
         assert "<<<<<<< SEARCH" in srv.requests[0]["messages"][1]["content"]      # asked for a diff
-        c = p.propose(ctx, random.Random(0))           # wrong twice: a tier-0 candidate that says why
-        assert c.source == "" and c.no_code_reason.startswith("the edit does not apply: SEARCH block 1")
+        assert "complete source file" in srv.requests[1]["messages"][1]["content"]  # then the file
+        assert p.last["prompt_tokens"] > 0 and len(p.last["answers"]) == 2
+        c = p.propose(ctx, random.Random(0))           # wrong twice: tier 0, and it says why
+        assert c.source == "" and c.no_code_reason.startswith("the edit does not apply: SEARCH block 1 of 1")
         assert len(srv.requests) == 4
 
 

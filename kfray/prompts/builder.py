@@ -117,7 +117,7 @@ def _contract(task, lang: str) -> str:
         from kfray.tasks.suite_form import contract as suite_contract
         return suite_contract(task)
     return (f"Language: {_LANG_NAME.get(lang, lang)}. Export exactly this entry point and return 0 on success:\n"
-            f"```{fence_tag(lang)}\n{task.signature(lang)}\n```\n"
+            f"```{fence_tag(lang)}\n#include <cstdint>\n{task.signature(lang)}\n```\n"
             + ("Host code may launch any number of kernels. " if lang in ("cuda", "sycl") else "")
             + "Tunables may be declared as "
             "`// @kf.param NAME in [v1, v2, ...]` with constraints `// @kf.require expr`; each setting is "

@@ -55,6 +55,20 @@ def _find(lines: list[str], search: list[str], exact: bool) -> int:
     return -1
 
 
+def _fuzzy(lines: list[str], search: list[str], cutoff: float) -> int:
+    """The one window of len(search) lines most like the block (whitespace ignored), if it is at
+    least `cutoff` alike and clearly better than the runner-up; else -1. Small models copy a line
+    almost right (a renamed variable, a dropped cast)."""
+    import difflib
+
+    n, key = len(search), "\n".join(_norm(s) for s in search)
+    scores = sorted(((difflib.SequenceMatcher(None, key, "\n".join(_norm(s) for s in lines[i:i + n])).ratio(), i)
+                     for i in range(len(lines) - n + 1)), reverse=True)
+    if not scores or scores[0][0] < cutoff or (len(scores) > 1 and scores[1][0] > scores[0][0] - 0.05):
+        return -1
+    return scores[0][1]
+
+
 def _closest(lines: list[str], first: str) -> str:
     """The parent line most like the block's first line, for the error message."""
     import difflib
@@ -67,11 +81,12 @@ def _closest(lines: list[str], first: str) -> str:
     return f"; closest parent line {i + 1}: {lines[i].strip()[:80]!r}"
 
 
-def apply_edits(source: str, edits: list[tuple[str, str]]) -> str:
+def apply_edits(source: str, edits: list[tuple[str, str]], fuzzy: float = 0.9) -> str:
     """The parent with each block's SEARCH lines replaced, in order.
 
-    A block matches exactly, or else line by line with whitespace ignored (small models re-indent);
-    the first match is replaced. EditError names the first block that matches nowhere."""
+    A block matches exactly, or else line by line with whitespace ignored (small models re-indent),
+    or else (with `fuzzy` > 0) the one window of as many lines at least that alike; the first match
+    is replaced. EditError names the first block that matches nowhere."""
     if not edits:
         raise EditError("no SEARCH/REPLACE block in the answer")
     lines = source.splitlines()
@@ -88,6 +103,8 @@ def apply_edits(source: str, edits: list[tuple[str, str]]) -> str:
         i = _find(lines, old, exact=True)
         if i < 0:
             i = _find(lines, old, exact=False)
+        if i < 0 and fuzzy > 0:
+            i = _fuzzy(lines, old, fuzzy)
         if i < 0:
             raise EditError(f"{where} does not match the parent: its first line {old[0].strip()[:80]!r} "
                             f"({len(old)} lines) is not in the parent{_closest(lines, old[0])}")

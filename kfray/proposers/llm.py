@@ -33,8 +33,6 @@ _SUITE_TAGS = _CODE_TAGS | {"python", "py"}      # a KernelBench ModelNew file i
 _FENCE_RE = re.compile(r"^[ \t]*```[ \t]*([\w+.-]*)[^\n]*\n(.*?)^[ \t]*```", re.M | re.S)
 MODES = ("diff", "rewrite")
 EDIT_FAILED = "the edit does not apply: "
-EDIT_RETRY = (". Copy each SEARCH block's lines exactly from the kernel you were given, or give the "
-              "complete file in one fenced code block.")
 
 
 def fenced_blocks(text: str) -> list[tuple[str, str]]:
@@ -221,16 +219,16 @@ class LLMProposer(Proposer):
             self.last["answers"] = [text]
             code, why = self.read_answer(text, ctx, mode)
             if code is None and why.startswith(EDIT_FAILED) and getattr(self.cfg, "repair", False):
-                # edits that do not apply go back once, with the reason, in the same conversation
+                # edits that do not apply: ask once more for the whole file (asked to try its edits
+                # again in the same conversation, a 1.5B model apologised and wrote no code)
                 self.last["edit_error"] = why
                 tokens = dict(prompt_tokens=self.last.get("prompt_tokens", 0),
                               completion_tokens=self.last.get("completion_tokens", 0))
-                text = self.complete(messages + [{"role": "assistant", "content": text},
-                                                 {"role": "user", "content": why + EDIT_RETRY}], spec)
+                text = self.complete(build_messages(ctx, "rewrite", getattr(self.cfg, "prompt_tokens", 0)), spec)
                 for k, v in tokens.items():
                     self.last[k] += v
                 self.last["answers"].append(text)
-                code, why = self.read_answer(text, ctx, mode)
+                code, why = self.read_answer(text, ctx, "rewrite")
             if code is None:
                 cand.no_code_reason = why
             else:
