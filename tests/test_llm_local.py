@@ -90,11 +90,15 @@ def test_limit_is_shared_across_ray_processes(ray_local):
                              timeout_s=0.6, max_retries=0)
         return LLMProposer(cfg).complete([{"role": "user", "content": "hi"}])
 
+    from kfray.proposers.slots import EndpointSlots
+
     with ScriptedServer([ANSWER], delay_s=0.3, serial=True) as srv:
+        keep = EndpointSlots(srv.base_url, 1).handle()      # owned here, as a run's driver owns it
         call = ray.remote(num_cpus=0)(_call)
         got = ray.get([call.remote(srv.base_url) for _ in range(3)], timeout=60)
         assert all("kf_forward" in g for g in got)
         assert srv.max_in_flight == 1 and len(srv.requests) == 3
+        assert ray.get(keep.stats.remote())["granted"] == 3
 
 
 AXPB = """\

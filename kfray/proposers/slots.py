@@ -163,6 +163,11 @@ class EndpointSlots:
             self._actor = cls.options(name=actor_name(self.url), get_if_exists=True).remote(self.limit)
         return self._actor
 
+    def handle(self):
+        """The endpoint's named actor, created here if missing. A named actor dies with the process
+        that created it, so a run's driver calls this first and keeps the handle for the run."""
+        return self._backend()
+
     def _call(self, method: str, *args):
         b = self._backend()
         if isinstance(b, LocalSlots):
