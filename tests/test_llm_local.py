@@ -282,3 +282,19 @@ def test_a_run_on_a_one_at_a_time_server(ray_local, tmp_path, tmp_cache):
     assert len(first) == 6 and all(r.tier == 1 for _, r in first)     # 2 x (budget 6 - 3 seeds), broken
     assert fixed and all(r.tier == 5 for _, r in fixed)                # repairs compile and are right
     assert {c.parent_id for c, _ in fixed} <= {c.id for c, _ in first}
+
+
+def test_a_snippet_in_answer_to_a_diff_request_is_asked_again_as_a_whole_file():
+    from kfray.proposal import ProposalContext
+    from kfray.tasks import load_task
+
+    snippet = "Add this:\n```cpp\n#pragma omp parallel for\n```"        # seen from the 1.5B model
+    whole = "```cpp\n" + AXPB + "```"
+    ctx = ProposalContext(task=load_task("axpb"), language="cpp", parent=None, inspirations=[], target_cell=None,
+                          meta_prompt=None, device_facts={}, island=0, generation=1)
+    with ScriptedServer([snippet, whole]) as srv:
+        c = LLMProposer(_cfg(srv, edit_mode="diff")).propose(ctx, random.Random(0))
+        assert c.source.strip() == AXPB.strip() and len(srv.requests) == 2
+    with ScriptedServer([snippet, whole]) as srv:                     # repair off: no second request
+        c = LLMProposer(_cfg(srv, edit_mode="diff", repair=False)).propose(ctx, random.Random(0))
+        assert c.source == "" and "no code block with kf_forward" in c.no_code_reason and len(srv.requests) == 1

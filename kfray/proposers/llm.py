@@ -218,9 +218,10 @@ class LLMProposer(Proposer):
             text = self.complete(messages, spec)
             self.last["answers"] = [text]
             code, why = self.read_answer(text, ctx, mode)
-            if code is None and why.startswith(EDIT_FAILED) and getattr(self.cfg, "repair", False):
-                # edits that do not apply: ask once more for the whole file (asked to try its edits
-                # again in the same conversation, a 1.5B model apologised and wrote no code)
+            if code is None and mode == "diff" and getattr(self.cfg, "repair", False):
+                # edits that do not apply, or a snippet that is neither edits nor a file: ask once
+                # more for the whole file (asked to retry its edits in the same conversation, a 1.5B
+                # model apologised and wrote no code)
                 self.last["edit_error"] = why
                 tokens = dict(prompt_tokens=self.last.get("prompt_tokens", 0),
                               completion_tokens=self.last.get("completion_tokens", 0))
