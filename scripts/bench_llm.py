@@ -180,8 +180,8 @@ def main(argv=None) -> int:
             f"the CPU evaluator (g++ -O3, 1 thread); wall time {time.monotonic() - t_start:.0f} s.\n\n"
             + table(groups) + "\n\n"
             "parse: a code block with kf_forward, or SEARCH/REPLACE edits that apply to the parent. compile: "
-            "tier >= 2; correct: tier 5. edit retries: diff answers whose edits did not apply, sent back once "
-            "in the same conversation with the reason. 'after repair': a proposal that failed to compile or check went back "
+            "tier >= 2; correct: tier 5. edit retries: diff answers with no usable code (edits that do not apply, "
+            "a bare snippet), asked again once as a whole file. 'after repair': a proposal that failed to compile or check went back "
             "once with its diagnostics. s/proposal includes the repair and the evaluations.\n")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
