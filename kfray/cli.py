@@ -113,6 +113,11 @@ def _cmd_doctor(args) -> int:
 
     line, ok = describe(load_config(args.config, args.set or []).eval.isolation)
     rows.append(("isolation", line, ok))
+    if args.llm:
+        from kfray.proposers.preflight import llm_doctor
+
+        cfg = load_config(args.config, ["proposer.kind=llm"] + (args.set or []))
+        rows += llm_doctor(cfg.proposer)[0]
     for name, val, ok in rows:
         print(f"{'ok ' if ok else 'BAD'} {name:9s} {val}")
     return 0 if all(ok for _, _, ok in rows) else 1
@@ -159,9 +164,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="default: from the file (torch/extension.h included: torch_ext_*; .cu or CUDA code: cuda)")
     v.add_argument("--set", action="append", metavar="KEY=VALUE", help="an eval setting, e.g. eval.repeats=20")
     v.set_defaults(fn=_cmd_verify)
-    d = sub.add_parser("doctor", help="check compilers, packages and whether generated code can be isolated")
-    d.add_argument("config", nargs="?", help="YAML config whose eval.isolation to check")
-    d.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key, e.g. eval.isolation=strict")
+    d = sub.add_parser("doctor", help="check compilers, packages, whether generated code can be isolated "
+                                      "(--llm: the LLM endpoint too)")
+    d.add_argument("config", nargs="?", help="YAML config whose eval.isolation (and, with --llm, proposer) to check")
+    d.add_argument("--llm", action="store_true", help="the LLM endpoint: its models, one tiny completion, "
+                                                      "tokens per second")
+    d.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a config key, e.g. eval.isolation=strict or "
+                        "proposer.base_url=http://127.0.0.1:8080/v1")
     d.set_defaults(fn=_cmd_doctor)
     return p
 

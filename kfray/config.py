@@ -115,6 +115,15 @@ class ProposerConfig:
     bandit_cost: float = 0.1         # UCB penalty per unit of relative price
     max_cost: float = 0.0            # stop proposing once this much was spent (0: no limit)
     token_budget: int = 0            # stop proposing once this many tokens were used (0: no limit)
+    max_concurrent: int = 0          # requests in flight per endpoint, all islands and tasks together;
+                                     # 0: 1 for a server on this machine (127.0.0.1, localhost), else 16
+    stream: bool = True              # stream answers: timeout_s is then the idle time between tokens
+    edit_mode: str = "auto"          # diff (SEARCH/REPLACE against the parent) | rewrite (whole file) |
+                                     # auto (a bandit between the two)
+    repair: bool = True              # a child that fails to compile or check goes back once, with its
+                                     # diagnostics, for a fix (the budget counts the pair once)
+    prompt_tokens: int = 3000        # prompt budget: contract, parent, feedback first; the rest while
+                                     # room remains (0: no budget); 3000 leaves a 4k context room to answer
 
 
 @dataclass
@@ -145,6 +154,7 @@ _CHOICES = {
     ("eval", "sycl_form"): ("jit", "aot", "opencl"),
     ("eval", "isolation"): ("strict", "namespaces", "none"),
     ("proposer", "kind"): ("offline", "llm"),
+    ("proposer", "edit_mode"): ("diff", "rewrite", "auto"),
     ("search", "target_strategy"): ("mutate", "intensify", "specialize", "balance"),
     ("search", "parents"): ("archive", "seeds"),
     ("search", "archive"): ("map_elites", "single"),
@@ -200,11 +210,17 @@ def _check(cfg: RunConfig, where: str) -> None:
                          ("search.checkpoint_every", s.checkpoint_every, 1),
                          ("search.migrants", s.migrants, 0), ("eval.evaluators", e.evaluators, 0),
                          ("eval.trials", e.trials, 1), ("eval.repeats", e.repeats, 1),
-                         ("eval.threads", e.threads, 1)]:
+                         ("eval.threads", e.threads, 1),
+                         ("proposer.max_concurrent", cfg.proposer.max_concurrent, 0),
+                         ("proposer.prompt_tokens", cfg.proposer.prompt_tokens, 0),
+                         ("proposer.max_tokens", cfg.proposer.max_tokens, 1)]:
         if val < lo:
             raise ConfigError(f"{where}: key '{key}' must be >= {lo}, got {val}")
     if min(s.explore, s.exploit, s.random) < 0 or s.explore + s.exploit + s.random <= 0:
         raise ConfigError(f"{where}: search.explore/exploit/random must be >= 0 and not all 0")
+    if cfg.proposer.timeout_s <= 0:
+        raise ConfigError(f"{where}: key 'proposer.timeout_s' must be > 0 (seconds a request in flight may "
+                          f"stay silent), got {cfg.proposer.timeout_s}")
     if e.timeout_s <= 0:
         raise ConfigError(f"{where}: key 'eval.timeout_s' must be > 0, got {e.timeout_s}")
     if e.placement not in ("none", "spread", "pack"):

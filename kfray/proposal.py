@@ -48,3 +48,4 @@ class ProposalContext:
     occupied: set = field(default_factory=set)          # cells the island's archive already holds
     gradient: tuple | None = None     # the QD gradient per dimension (positive: stepping up pays)
     uniform: bool = False             # random search: uniform operators and parameters, no steering
+    repair: bool = False              # `parent` failed (compile error, wrong values): fix it, once

@@ -15,13 +15,21 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 class ScriptedServer:
     """POST /v1/chat/completions answers with the next scripted reply; the last one repeats.
 
-    A reply is a string (the assistant's content) or a tuple (status, body_dict, headers)."""
+    A reply is a string (the assistant's content) or a tuple (status, body_dict, headers).
+    `stream: true` requests get server-sent events, one word a chunk, `token_delay_s` apart.
+    `serial=True` answers one request at a time, as llama.cpp's server does, each taking `delay_s`
+    before its first token; `max_in_flight` counts the requests the server held at once (waiting
+    included), which is what floods a local server."""
 
-    def __init__(self, replies: list):
+    def __init__(self, replies: list, delay_s: float = 0.0, token_delay_s: float = 0.0, serial: bool = False):
         if not replies:
             raise ValueError("ScriptedServer needs at least one reply")
         self.replies = list(replies)
         self.requests: list[dict] = []
+        self.delay_s, self.token_delay_s = delay_s, token_delay_s
+        self.in_flight = self.max_in_flight = 0
+        self.dropped = 0                     # answers the client hung up on
+        self._serial = threading.Lock() if serial else None
         self._next = 0
         self._lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
@@ -69,6 +77,13 @@ class ScriptedServer:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def do_GET(self):
+                if self.path.rstrip("/") != "/v1/models":
+                    self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+                    return
+                self._send(200, {"object": "list", "data": [{"id": "scripted-model", "object": "model",
+                                                             "owned_by": "tests"}]})
+
             def do_POST(self):
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 if self.path.rstrip("/") != "/v1/chat/completions":
@@ -79,13 +94,55 @@ class ScriptedServer:
                 except json.JSONDecodeError:
                     self._send(400, {"error": {"message": "body is not JSON", "type": "invalid_request"}})
                     return
+                with server._lock:
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                try:
+                    if server._serial is not None:
+                        with server._serial:
+                            self._answer(body)
+                    else:
+                        self._answer(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    server.dropped += 1
+                finally:
+                    with server._lock:
+                        server.in_flight -= 1
+
+            def _answer(self, body: dict):
                 reply = server._take(body)
+                if server.delay_s:
+                    time.sleep(server.delay_s)
                 if isinstance(reply, tuple):
                     status, err, headers = (tuple(reply) + ({},))[:3]
                     self._send(status, err, headers)
                     return
                 prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
-                self._send(200, server.completion(reply, body.get("model", "scripted"), prompt_tokens))
+                done = server.completion(reply, body.get("model", "scripted"), prompt_tokens)
+                if not body.get("stream"):
+                    self._send(200, done)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                base = {k: done[k] for k in ("id", "created", "model")}
+                words = reply.split(" ")
+                for i, w in enumerate(words):
+                    piece = w + (" " if i + 1 < len(words) else "")
+                    self._event({**base, "object": "chat.completion.chunk",
+                                 "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]})
+                    if server.token_delay_s:
+                        time.sleep(server.token_delay_s)
+                self._event({**base, "object": "chat.completion.chunk",
+                             "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+                if (body.get("stream_options") or {}).get("include_usage"):
+                    self._event({**base, "object": "chat.completion.chunk", "choices": [], "usage": done["usage"]})
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+
+            def _event(self, obj: dict):
+                self.wfile.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
+                self.wfile.flush()
 
         return Handler
 

@@ -81,6 +81,10 @@ def start_classes(co) -> None:
     co.device_facts = co.classes[0].facts
     co.evolver = make_prompt_evolver(f"{co.name}-prompt-evolver", co.cfg.prompts, co.cfg.proposer, co.cfg.search.seed)
     co.actors.append(co.evolver)
+    if co.cfg.proposer.kind == "llm":      # the endpoints' request limiters live as long as the run
+        from kfray.proposers.llm import LLMProposer
+        endpoints = {e.url: e for e in LLMProposer(co.cfg.proposer).endpoints.values()}
+        co.actors += [e.slots.handle() for e in endpoints.values()]
 
 
 def start_islands(co, ref: str) -> None:

@@ -48,6 +48,7 @@ class TaskBook:
     since: dict = field(default_factory=dict)           # island -> pairs ingested after that checkpoint
     next_migration: int = 0
     migration_rounds: int = 0
+    owed: dict = field(default_factory=dict)            # island -> repairs it has queued (asked for free)
 
 
 @dataclass
@@ -96,9 +97,9 @@ class TaskLedger:
             reserved += sum(n for (r, _), n in self.asked.items() if r == ref)
             for i in range(len(t.labels)):
                 left = t.budget - t.spent - reserved
-                if (ref, i) in self.busy or left <= 0:
+                if (ref, i) in self.busy or (left <= 0 and not t.owed.get(i)):
                     continue
-                n = min(self.batch, left)
+                n = max(0, min(self.batch, left))       # 0: only the repairs it owes
                 self.busy.add((ref, i))
                 self.asked[(ref, i)] = n
                 reserved += n
@@ -123,14 +124,19 @@ class TaskLedger:
             t.seen.add(key)
             fresh.append(c)
             keys[c.id] = key
+        # a repair finishes the proposal of the failed child it fixes: the budget counted that one
+        free = [c for c in fresh if c.origin == "llm:repair"]
+        fresh = [c for c in fresh if c.origin != "llm:repair"]
         room = max(0, t.budget - t.spent)
         for c in fresh[room:]:          # over the budget: may be proposed again later
             t.seen.discard(keys[c.id])
         fresh = fresh[:room]
         t.spent += len(fresh)
+        fresh += free
         if not fresh:
             if not known:
                 self.busy.discard((ref, island))
+                t.owed.pop(island, None)        # nothing came: it has no repair to give (budget spent)
             return Admission([], known)
         self.pending[(ref, island)] = {c.id for c in fresh}
         self.done[(ref, island)] = list(known)
@@ -198,9 +204,11 @@ class TaskLedger:
 
     # -- ingesting --------------------------------------------------------------------------------
     def ingested(self, ref: str, island: int, pairs: list, generation: int, state: dict | None,
-                 exhausted: bool = False) -> bool:
-        """An island took its batch; True when every island of the task is due to migrate."""
+                 exhausted: bool = False, repairs: int = 0) -> bool:
+        """An island took its batch; True when every island of the task is due to migrate. An island
+        that queued repairs is asked for them even once the budget is spent (they are free)."""
         t = self.tasks[ref]
+        t.owed[island] = repairs
         self.busy.discard((ref, island))
         if exhausted:                  # its proposer spent the LLM budget: the task is done
             t.spent = max(t.spent, t.budget)

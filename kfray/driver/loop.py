@@ -89,7 +89,7 @@ def took(co, fut, ref: str, i: int, pairs: list) -> None:
     co.store.add_transitions(ref, info["records"], mine)
     led.adopt_tuned_params(ref, info["records"], mine)
     due = led.ingested(ref, i, pairs, info["summary"]["generation"], info["state"],
-                       bool(info["summary"].get("exhausted")))
+                       bool(info["summary"].get("exhausted")), int(info["summary"].get("repairs", 0)))
     if info["state"] is not None:
         co.store.save_islands([info["state"]])
     if info["new_prompts"]:

@@ -6,6 +6,7 @@ stays cheap and well inside any model's context window.
 from __future__ import annotations
 
 from kfray.eval.profile_facts import profile_text
+from kfray.prompts.budget import Section, estimate_tokens, fit
 from kfray.prompts.contracts import kernel_contract
 from kfray.proposal import Elite, ProposalContext
 
@@ -77,96 +78,135 @@ def _tuning(e: Elite, limit: int = 6) -> str:
     return "\n".join(lines)
 
 
-def system_message(ctx: ProposalContext) -> str:
+def system_message(ctx: ProposalContext, mode: str = "rewrite") -> str:
     text = ("You are an expert GPU and CPU kernel engineer. You write correct, fast kernels, "
-            "reason about memory traffic, parallelism and the hardware, and answer with exactly "
-            "one complete source file.")
+            "reason about memory traffic, parallelism and the hardware, and answer with "
+            + ("SEARCH/REPLACE edits of the kernel you are given." if mode == "diff"
+               else "exactly one complete source file."))
     if ctx.meta_prompt and ctx.meta_prompt.sections.get("philosophy"):
         text += "\n\n" + ctx.meta_prompt.sections["philosophy"].strip()
     return text
 
 
-def user_message(ctx: ProposalContext) -> str:
-    task, lang = ctx.task, ctx.language
-    parts = []
+DIFF_EXAMPLE = """<<<<<<< SEARCH
+    for (int64_t i = 0; i < n; ++i) {
+=======
+    #pragma omp parallel for
+    for (int64_t i = 0; i < n; ++i) {
+>>>>>>> REPLACE"""
+MAX_DIAGNOSTIC_CHARS = 2000
 
+
+def edit_base(ctx: ProposalContext) -> str | None:
+    """The source a diff edits: the parent's, else the baseline seed's (None: nothing to edit)."""
+    if ctx.parent is not None:
+        return ctx.parent.candidate.source
+    seed = ctx.task.baseline_seed(ctx.language)
+    return seed.source if seed is not None else None
+
+
+def _output_format(lang: str, mode: str) -> str:
+    if mode == "diff":
+        return ("Change the kernel above with SEARCH/REPLACE blocks, one block per change, like this:\n"
+                f"{DIFF_EXAMPLE}\n"
+                "The SEARCH lines must be copied exactly from the kernel above (a few lines, enough to be "
+                "unique); the REPLACE lines take their place. Give only the blocks and one sentence saying "
+                "why; never repeat the whole file. Keep the `kf_forward` entry point and any @kf.param lines.")
+    return (f"Think briefly, then give exactly one fenced code block (```{fence_tag(lang)}) holding the "
+            f"complete source file, including the `kf_forward` entry point and any @kf.param lines.")
+
+
+def _contract(task, lang: str) -> str:
+    if lang in ("sycl_jit", "opencl"):    # run-time compiled kernels: no host code, launches declared
+        return kernel_contract(task, lang)
+    if lang == "suite":                   # the suite's own form: its contract, not kf_forward's
+        from kfray.tasks.suite_form import contract as suite_contract
+        return suite_contract(task)
+    return (f"Language: {_LANG_NAME.get(lang, lang)}. Export exactly this entry point and return 0 on success:\n"
+            f"```{fence_tag(lang)}\n#include <cstdint>\n{task.signature(lang)}\n```\n"
+            + ("Host code may launch any number of kernels. " if lang in ("cuda", "sycl") else "")
+            + "Tunables may be declared as "
+            "`// @kf.param NAME in [v1, v2, ...]` with constraints `// @kf.require expr`; each setting is "
+            "compiled with `-DNAME=value`, so use the macro names in the code rather than hard-coded values.")
+
+
+def _diagnostics(e: Elite) -> str:
+    """A failed kernel's compiler or checker output, its first lines first (where the cause is)."""
+    reason = (e.result.reason or "").strip() or "no message"
+    if len(reason) > MAX_DIAGNOSTIC_CHARS:
+        reason = reason[:MAX_DIAGNOSTIC_CHARS] + "\n[... more output cut ...]"
+    from kfray.candidate import TIER_NAMES
+    return f"{TIER_NAMES.get(e.result.tier, e.result.tier)}:\n```\n{reason}\n```"
+
+
+def prompt_sections(ctx: ProposalContext, mode: str = "rewrite") -> list[Section]:
+    """The user message's sections, in display order, each with its priority for the budget."""
+    task, lang = ctx.task, ctx.language
+    full = mode == "diff" or ctx.repair       # an edited source must be shown whole
+    src_lines = 10_000 if full else MAX_SOURCE_LINES
+    out = []
     body = f"**{task.name}**: {task.description}"
     if task.instructions:
         body += "\n\n" + task.instructions.strip()
-    parts.append(_section("Task", body))
-
-    if lang in ("sycl_jit", "opencl"):    # run-time compiled kernels: no host code, launches declared
-        parts.append(_section("Kernel contract", kernel_contract(task, lang)))
-    if lang == "suite":                   # the suite's own form: its contract, not kf_forward's
-        from kfray.tasks.suite_form import contract as suite_contract
-        parts.append(_section("Kernel contract", suite_contract(task)))
-    contract = None if lang in ("sycl_jit", "opencl", "suite") else (
-        f"Language: {_LANG_NAME.get(lang, lang)}. Export exactly this entry point and return 0 on success:\n"
-        f"```{fence_tag(lang)}\n{task.signature(lang)}\n```\n"
-        + ("Host code may launch any number of kernels. " if lang in ("cuda", "sycl") else "")
-        + "Tunables may be declared as "
-        "`// @kf.param NAME in [v1, v2, ...]` with constraints `// @kf.require expr`; each setting is "
-        "compiled with `-DNAME=value`, so use the macro names in the code rather than hard-coded values.")
-    if contract:
-        parts.append(_section("Kernel contract", contract))
-
+    out.append(Section(_section("Task", body)))
+    out.append(Section(_section("Kernel contract", _contract(task, lang))))
     shapes = "\n".join(f"- {name}: " + ", ".join(f"{k}={v}" for k, v in cfg.items())
                        for name, cfg in task.shapes.items())
-    parts.append(_section("Shape configs (all must be correct and fast)", shapes))
-
+    out.append(Section(_section("Shape configs (all must be correct and fast)", shapes)))
     if ctx.device_facts:
-        parts.append(_section("Device", "\n".join(f"- {k}: {v}" for k, v in ctx.device_facts.items())))
-
-    if ctx.parent is not None:
+        out.append(Section(_section("Device", "\n".join(f"- {k}: {v}" for k, v in ctx.device_facts.items())), 3))
+    if ctx.repair and ctx.parent is not None:
         p = ctx.parent
-        parts.append(_section("Parent kernel (improve this)",
-                              f"{_elite_header(p)}\n{_code(p.candidate.source, lang, MAX_SOURCE_LINES)}\n"
-                              f"Evaluation feedback: {p.result.feedback()}"))
+        out.append(Section(_section("Your kernel (it failed; fix it)", _code(p.candidate.source, lang, src_lines))))
+        out.append(Section(_section("Diagnostics", _diagnostics(p))))
+    elif ctx.parent is not None:
+        p = ctx.parent
+        out.append(Section(_section("Parent kernel (improve this)",
+                                    f"{_elite_header(p)}\n{_code(p.candidate.source, lang, src_lines)}\n"
+                                    f"Evaluation feedback: {p.result.feedback()}")))
         tuning = _tuning(p)
         if tuning:
-            parts.append(_section("Parameter settings measured for the parent (best first)", tuning))
+            out.append(Section(_section("Parameter settings measured for the parent (best first)", tuning), 4))
         profile = _profile(p)
         if profile:
-            parts.append(_section("Profiler (Nsight Compute) on the parent", profile))
+            out.append(Section(_section("Profiler (Nsight Compute) on the parent", profile), 3))
     else:
         seed = task.baseline_seed(lang)
         if seed is not None:
-            parts.append(_section("Starting point (baseline seed; no correct kernel yet)",
-                                  _code(seed.source, lang, MAX_SOURCE_LINES)))
-
-    if ctx.inspirations:
-        insp = []
+            out.append(Section(_section("Starting point (baseline seed; no correct kernel yet)",
+                                        _code(seed.source, lang, src_lines))))
+    if ctx.inspirations and not ctx.repair:
         for i, e in enumerate(ctx.inspirations, 1):
-            insp.append(f"### Inspiration {i}: speedup {e.result.speedup:.3f}x; {_elite_header(e)}\n"
-                        + _code(e.candidate.source, lang, MAX_INSPIRATION_LINES))
-        parts.append(_section("Other kernels from the archive (ideas to borrow)", "\n".join(insp)))
-
-    if ctx.target_cell:
+            out.append(Section(_section(f"Another kernel from the archive (ideas to borrow) {i}",
+                                        f"speedup {e.result.speedup:.3f}x; {_elite_header(e)}\n"
+                                        + _code(e.candidate.source, lang, MAX_INSPIRATION_LINES)), 6 + i))
+    if ctx.target_cell and not ctx.repair:
         cell = ", ".join(_level(d, lvl) for d, lvl in zip(DIMENSIONS, ctx.target_cell))
-        parts.append(_section("Target style", f"Aim for a kernel with {cell}."))
-
-    if ctx.directives:
-        parts.append(_section("Directives", "\n".join(f"- {d}" for d in ctx.directives)))
-
-    if ctx.meta_prompt:
-        for key, title in (("strategies", "Strategies"), ("pitfalls", "Pitfalls to avoid"),
-                           ("analysis", "How to analyse")):
+        out.append(Section(_section("Target style", f"Aim for a kernel with {cell}."), 2))
+    if ctx.directives and not ctx.repair:
+        out.append(Section(_section("Directives", "\n".join(f"- {d}" for d in ctx.directives)), 1))
+    if ctx.meta_prompt and not ctx.repair:
+        for key, title, prio in (("strategies", "Strategies", 2), ("pitfalls", "Pitfalls to avoid", 3),
+                                 ("analysis", "How to analyse", 5)):
             if ctx.meta_prompt.sections.get(key):
-                parts.append(_section(title, ctx.meta_prompt.sections[key]))
+                out.append(Section(_section(title, ctx.meta_prompt.sections[key]), prio))
+    out.append(Section(_section("Output format", _output_format(lang, mode))))
+    return out
 
-    parts.append(_section("Output format",
-                          f"Think briefly, then give exactly one fenced code block "
-                          f"(```{fence_tag(lang)}) holding the complete source file, including the "
-                          f"`kf_forward` entry point and any @kf.param lines."))
 
-    text = "\n".join(parts)
+def user_message(ctx: ProposalContext, mode: str = "rewrite", prompt_tokens: int = 0) -> str:
+    """The user message; with `prompt_tokens` > 0, the sections that fit that budget (with the
+    system message), most useful first."""
+    sections = prompt_sections(ctx, mode)
+    text, _ = fit(sections, prompt_tokens, reserve=estimate_tokens(system_message(ctx, mode)))
     if len(text) > MAX_PROMPT_CHARS:  # keep the head (task, contract) and the output format
-        tail = parts[-1]
+        tail = sections[-1].text
         text = text[:MAX_PROMPT_CHARS - len(tail) - 40] + "\n[... truncated ...]\n\n" + tail
     return text
 
 
-def build_messages(ctx: ProposalContext) -> list[dict]:
-    """OpenAI chat messages for one proposal: [system, user]."""
-    return [{"role": "system", "content": system_message(ctx)},
-            {"role": "user", "content": user_message(ctx)}]
+def build_messages(ctx: ProposalContext, mode: str = "rewrite", prompt_tokens: int = 0) -> list[dict]:
+    """OpenAI chat messages for one proposal: [system, user]. `mode` is how the model answers:
+    rewrite (a whole file) or diff (SEARCH/REPLACE blocks against the parent)."""
+    return [{"role": "system", "content": system_message(ctx, mode)},
+            {"role": "user", "content": user_message(ctx, mode, prompt_tokens)}]

@@ -1,34 +1,38 @@
 """LLM proposer: an OpenAI-compatible chat endpoint writes the child kernel.
 
-The openai client's own retries are off (max_retries=0) so that retry policy, backoff and the
-error a user sees are ours: rate limits, 5xx, timeouts and connection failures are retried with
-exponential backoff; anything else fails at once. `propose` never raises: a failure becomes a
-tier-0 candidate whose `no_code_reason` says why.
+The call itself (a slot of the endpoint's concurrency limit, streaming, retries) is
+kfray.proposers.chat's. The model answers with a whole file (`edit_mode: rewrite`) or with
+SEARCH/REPLACE blocks against the parent (`diff`, kfray.proposers.diff_edit), or the proposer
+picks per call by a UCB bandit over the two (`auto`). A candidate marked `ctx.repair` is a failed
+kernel sent back once with its diagnostics. `propose` never raises: a failure becomes a tier-0
+candidate whose `no_code_reason` says why.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import time
-from urllib.parse import urlparse
 
-import openai
 import yaml
 
 from kfray.candidate import Candidate
 from kfray.config import ProposerConfig
 from kfray.errors import ConfigError, KfrayError
-from kfray.prompts.builder import build_messages
+from kfray.prompts.builder import build_messages, edit_base
 from kfray.proposers.base import Proposer, ProposalContext
+from kfray.proposers.chat import Endpoint
+from kfray.proposers.diff_edit import EditError, apply_edits, has_edits, parse_edits
+from kfray.proposers.slots import EndpointSlots, default_limit, is_local
 from kfray.source import parse_params
 
 META_SECTIONS = ("philosophy", "strategies", "pitfalls", "analysis")
 _CODE_TAGS = {"", "cpp", "c++", "cuda", "cu", "c", "sycl", "opencl", "cl"}
 _SUITE_TAGS = _CODE_TAGS | {"python", "py"}      # a KernelBench ModelNew file is Python
 _FENCE_RE = re.compile(r"^[ \t]*```[ \t]*([\w+.-]*)[^\n]*\n(.*?)^[ \t]*```", re.M | re.S)
-_LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
-_MAX_RETRY_AFTER_S = 30.0
+MODES = ("diff", "rewrite")
+EDIT_FAILED = "the edit does not apply: "
 
 
 def fenced_blocks(text: str) -> list[tuple[str, str]]:
@@ -75,8 +79,8 @@ class LLMProposer(Proposer):
             specs = [ModelSpec(model=model)]
         self.models = specs
         self.model = specs[0].model
-        self.clients: dict[str, tuple[openai.OpenAI, str]] = {}   # model -> (client, base url)
-        by_endpoint: dict[tuple[str, str], openai.OpenAI] = {}
+        self.endpoints: dict[str, Endpoint] = {}     # model -> its endpoint
+        by_endpoint: dict[tuple[str, str], Endpoint] = {}
         for spec in specs:
             url = (spec.base_url or self.base_url).strip()
             if not url:
@@ -86,22 +90,27 @@ class LLMProposer(Proposer):
             key_env = spec.api_key_env or cfg.api_key_env
             key = os.environ.get(key_env, "")
             if not key:
-                if urlparse(url).hostname in _LOCAL_HOSTS:
+                if is_local(url):
                     key = "EMPTY"  # local servers (vLLM, llama.cpp) accept any key
                 else:
                     raise ConfigError(f"LLM proposer: endpoint {url} needs an API key; "
                                       f"set the environment variable {key_env} "
                                       f"(or proposer.api_key_env to the variable that holds it)")
             if (url, key) not in by_endpoint:
-                by_endpoint[(url, key)] = openai.OpenAI(base_url=url, api_key=key, max_retries=0,
-                                                        timeout=cfg.timeout_s)
-            self.clients[spec.model] = (by_endpoint[(url, key)], url)
+                slots = EndpointSlots(url, default_limit(url, getattr(cfg, "max_concurrent", 0)))
+                by_endpoint[(url, key)] = Endpoint(url, key, cfg, slots)
+            self.endpoints[spec.model] = by_endpoint[(url, key)]
+        # model -> (openai client, base url), as preflight and doctor use them
+        self.clients = {m: (e.client, e.url) for m, e in self.endpoints.items()}
         if not self.base_url:
             self.base_url = self.clients[self.model][1]
         self.client = self.clients[self.model][0]
         self.ledger = ledger if ledger is not None else Ledger()
         self.pending: dict[str, int] = {}       # model -> children not yet scored
         self.usage = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "failures": 0}
+        self.modes = {m: [0, 0.0] for m in MODES}    # edit mode -> [rewards, reward sum] (auto)
+        self.written: dict[str, tuple[str, str]] = {}  # candidate id -> (model, edit mode)
+        self.last: dict = {}                   # what the last proposal cost and how it parsed
 
     # -- choosing a model, accounting ------------------------------------------------------------
 
@@ -130,11 +139,15 @@ class LLMProposer(Proposer):
         from kfray.proposers.models import reward
 
         origin = record.get("origin") or cand.origin
-        model = origin[4:] if origin.startswith("llm:") else ""
+        model, mode = self.written.pop(cand.id, (origin[4:] if origin.startswith("llm:") else "", ""))
+        value = reward(float(record.get("improvement", 0.0)))
+        if mode in self.modes:
+            self.modes[mode][0] += 1
+            self.modes[mode][1] += value
         if model not in self.clients:
             return
         self.pending[model] = max(0, self.pending.get(model, 0) - 1)
-        self.ledger.reward(model, reward(float(record.get("improvement", 0.0))))
+        self.ledger.reward(model, value)
 
     def usage_by_model(self) -> dict:
         return self.ledger.snapshot()
@@ -145,54 +158,44 @@ class LLMProposer(Proposer):
 
     # -- the chat call -------------------------------------------------------------------------
 
-    def _delay(self, err: Exception, attempt: int) -> float:
-        """Retry-After when the server sent one (capped), else exponential backoff."""
-        resp = getattr(err, "response", None)
-        if resp is not None:
-            ra = resp.headers.get("retry-after")
-            if ra is not None:
-                try:
-                    return min(max(float(ra), 0.0), _MAX_RETRY_AFTER_S)
-                except ValueError:
-                    pass
-        return self.cfg.backoff_s * (2 ** attempt)
-
-    @staticmethod
-    def _retryable(err: Exception) -> bool:
-        if isinstance(err, (openai.RateLimitError, openai.APIConnectionError)):  # incl. APITimeoutError
-            return True
-        return isinstance(err, openai.APIStatusError) and err.status_code >= 500
-
     def complete(self, messages: list[dict], spec=None) -> str:
         """One chat completion, with our retries. Raises KfrayError naming the endpoint on failure."""
         spec = spec or self.choose()
-        client, url = self.clients[spec.model]
-        attempts = self.cfg.max_retries + 1
-        for attempt in range(attempts):
-            try:
-                resp = client.chat.completions.create(
-                    model=spec.model, messages=messages,
-                    temperature=self.cfg.temperature, max_tokens=self.cfg.max_tokens)
-            except openai.OpenAIError as e:
-                if self._retryable(e) and attempt + 1 < attempts:
-                    time.sleep(self._delay(e, attempt))
-                    continue
-                self.usage["failures"] += 1
-                self.ledger.charge(spec.model, 0, 0, 0.0, failed=True)
-                what = f"after {attempt + 1} attempts" if self._retryable(e) else "(not retried)"
-                raise KfrayError(f"LLM endpoint {url} (model {spec.model}) failed {what}: "
-                                 f"{type(e).__name__}: {e}") from None
-            self.usage["calls"] += 1
-            pt = ct = 0
-            if resp.usage is not None:
-                pt, ct = resp.usage.prompt_tokens or 0, resp.usage.completion_tokens or 0
-                self.usage["prompt_tokens"] += pt
-                self.usage["completion_tokens"] += ct
-            self.ledger.charge(spec.model, pt, ct, spec.cost(pt, ct))
-            if not resp.choices:
-                return ""
-            return resp.choices[0].message.content or ""
-        raise AssertionError("unreachable")
+        try:
+            ans = self.endpoints[spec.model].complete(spec.model, messages)
+        except KfrayError:
+            self.usage["failures"] += 1
+            self.ledger.charge(spec.model, 0, 0, 0.0, failed=True)
+            raise
+        self.usage["calls"] += 1
+        self.usage["prompt_tokens"] += ans.prompt_tokens
+        self.usage["completion_tokens"] += ans.completion_tokens
+        self.ledger.charge(spec.model, ans.prompt_tokens, ans.completion_tokens,
+                           spec.cost(ans.prompt_tokens, ans.completion_tokens))
+        self.last.update(prompt_tokens=ans.prompt_tokens, completion_tokens=ans.completion_tokens,
+                         request_s=ans.seconds, waited_s=ans.waited_s)
+        return ans.text
+
+    def choose_mode(self, ctx: ProposalContext) -> str:
+        """diff or rewrite for this call: the config's, or with `auto` a UCB choice between them
+        (reward: the child's improvement, as for models); a repair is a diff unless `rewrite`; with
+        nothing to edit (no parent, no seed), a rewrite."""
+        mode = getattr(self.cfg, "edit_mode", "diff")
+        if edit_base(ctx) is None:          # no parent and no seed: nothing to edit
+            return "rewrite"
+        if mode != "auto":
+            return mode
+        if ctx.repair:
+            return "diff"
+        n_total = sum(n for n, _ in self.modes.values())
+        untried = [m for m in MODES if self.modes[m][0] == 0]
+        if untried:
+            return min(untried, key=lambda m: self.written_count(m))
+        return max(MODES, key=lambda m: self.modes[m][1] / self.modes[m][0]
+                   + self.cfg.bandit_c * math.sqrt(2 * math.log(n_total) / self.modes[m][0]))
+
+    def written_count(self, mode: str) -> int:
+        return sum(1 for _, m in self.written.values() if m == mode)
 
     # -- proposals -----------------------------------------------------------------------------
 
@@ -200,26 +203,63 @@ class LLMProposer(Proposer):
         t0 = time.monotonic()
         parent = ctx.parent.candidate if ctx.parent else None
         spec = self.choose(rng)
+        mode = self.choose_mode(ctx)
         cand = Candidate(task=ctx.task.name, language=ctx.language, source="", island=ctx.island,
                          parent_id=parent.id if parent else None,
                          prompt_id=ctx.meta_prompt.id if ctx.meta_prompt else None,
-                         origin=f"llm:{spec.model}", generation=ctx.generation)
+                         origin="llm:repair" if ctx.repair else f"llm:{spec.model}", generation=ctx.generation)
         self.pending[spec.model] = self.pending.get(spec.model, 0) + 1
+        self.written[cand.id] = (spec.model, mode)
+        while len(self.written) > 4096:
+            self.written.pop(next(iter(self.written)))
+        self.last = {"mode": mode, "repair": ctx.repair, "parsed": False, "answers": [], "edit_error": ""}
         try:
-            text = self.complete(build_messages(ctx), spec)
-            code = extract_code(text, ctx.language)
+            messages = build_messages(ctx, mode, getattr(self.cfg, "prompt_tokens", 0))
+            text = self.complete(messages, spec)
+            self.last["answers"] = [text]
+            code, why = self.read_answer(text, ctx, mode)
+            if code is None and mode == "diff" and getattr(self.cfg, "repair", False):
+                # edits that do not apply, or a snippet that is neither edits nor a file: ask once
+                # more for the whole file (asked to retry its edits in the same conversation, a 1.5B
+                # model apologised and wrote no code)
+                self.last["edit_error"] = why
+                tokens = dict(prompt_tokens=self.last.get("prompt_tokens", 0),
+                              completion_tokens=self.last.get("completion_tokens", 0))
+                text = self.complete(build_messages(ctx, "rewrite", getattr(self.cfg, "prompt_tokens", 0)), spec)
+                for k, v in tokens.items():
+                    self.last[k] += v
+                self.last["answers"].append(text)
+                code, why = self.read_answer(text, ctx, "rewrite")
             if code is None:
-                entry = {"opencl": "__kernel", "sycl_jit": "@kf.launch"}.get(ctx.language, "kf_forward")
-                what = (f"no code block with {entry} in the model's answer" if fenced_blocks(text)
-                        else "no code block in the model's answer")
-                cand.no_code_reason = f"{what}: {text.strip()[:200] or '<empty answer>'}"
+                cand.no_code_reason = why
             else:
+                self.last["parsed"] = True
                 cand.source = code
                 cand.params = self._pick_params(code, parent.params if parent else {})
         except Exception as e:  # never raise from propose: a failure is a tier-0 candidate
             cand.no_code_reason = str(e) or type(e).__name__
+        self.last["no_code_reason"] = cand.no_code_reason
         cand.propose_seconds = time.monotonic() - t0
         return cand
+
+    @staticmethod
+    def read_answer(text: str, ctx: ProposalContext, mode: str) -> tuple[str | None, str]:
+        """(the child's source, "") or (None, why not). In diff mode, SEARCH/REPLACE blocks are applied
+        to the parent; a whole file in a fenced block is taken as well (small models do that)."""
+        base = edit_base(ctx)
+        if has_edits(text) and base is not None:
+            try:
+                return apply_edits(base, parse_edits(text)), ""
+            except EditError as e:
+                return None, f"{EDIT_FAILED}{e}"
+        code = extract_code(text, ctx.language)
+        if code is not None:
+            return code, ""
+        entry = {"opencl": "__kernel", "sycl_jit": "@kf.launch"}.get(ctx.language, "kf_forward")
+        what = (f"no code block with {entry} in the model's answer" if fenced_blocks(text)
+                else "no SEARCH/REPLACE block and no code block in the model's answer" if mode == "diff"
+                else "no code block in the model's answer")
+        return None, f"{what}: {text.strip()[:200] or '<empty answer>'}"
 
     @staticmethod
     def _pick_params(code: str, parent_params: dict) -> dict:

@@ -14,6 +14,7 @@ from kfray.candidate import Candidate, EvalResult
 from kfray.config import SearchConfig
 from kfray.proposal import Elite, MetaPrompt, ProposalContext
 from kfray.proposers.base import Proposer
+from kfray.search import repair
 from kfray.search.archive import REJECTED, Archive
 from kfray.descriptors import DIMENSIONS, describe, step_directive
 from kfray.search.qd_gradient import QDGradient, classify
@@ -65,6 +66,7 @@ class Island:
         self.near_duplicates = 0
         self.exhausted = False                 # the proposer's budget is spent: propose no more
         self._stop_keys: set[str] = set()
+        self.repairs: list[tuple] = []         # failed LLM children to fix: (cand, result, parent's book)
 
     @property
     def qd_on(self) -> bool:
@@ -125,9 +127,22 @@ class Island:
         self._stop_keys.add(source_hash(c.source, c.params) if c.source.strip() else c.id)
         return self.describe(c)
 
+    def _fix(self, cand: Candidate, res: EvalResult, book: tuple) -> Candidate:
+        """A fix of a failed child (kfray.search.repair), judged against the failed child's parent."""
+        child = self.describe(self.proposer.propose(repair.repair_context(self, cand, res), self.rng))
+        child.task = self.task_ref
+        if child.source.strip():
+            self.seen.add(key := source_hash(child.source, child.params))
+            self._pending[key] = child.id
+        self._parents[child.id] = (*book, child.origin)
+        return child
+
     def propose(self, n: int, meta_prompt: Callable[[], MetaPrompt | None] = lambda: None) -> list[Candidate]:
-        """n children of parents drawn from this island's archive (fewer once the proposer is exhausted)."""
+        """n children of parents drawn from this island's archive (fewer once the proposer is exhausted),
+        after the repairs of failed children, which the budget does not count again."""
         out = []
+        while self.repairs and not self.proposer.exhausted:
+            out.append(self._fix(*self.repairs.pop(0)))
         for _ in range(n):
             if self.proposer.exhausted:
                 self.exhausted = True
@@ -208,6 +223,8 @@ class Island:
                                     "stop": True})
                 continue
             pid, pfit, pcell, origin = self._parents.pop(child_id, None) or (cand.parent_id, 0.0, None, cand.origin)
+            if child_id is not None and repair.wants_repair(self.proposer, cand, res, origin, len(self.repairs)):
+                self.repairs.append((cand, res, (pid, pfit, pcell)))
             tuned = self._settle(cand, res)
             if self.single:                 # known kernels come back with their own cells
                 self.describe(cand)
@@ -255,7 +272,7 @@ class Island:
                "qd_score": self.archive.qd_score(), "best_fitness": best.result.fitness if best else 0.0,
                "best_id": best.candidate.id if best else None, "outcomes": dict(self.outcomes),
                "transitions": self.gradient.total, "near_duplicates": self.near_duplicates,
-               "exhausted": self.exhausted}
+               "exhausted": self.exhausted, "repairs": len(self.repairs)}
         if self.qd_on:
             out["gradient"] = list(self.gradient.estimate(self.archive))
         usage = self.proposer.usage_by_model()
@@ -274,6 +291,7 @@ class Island:
                 "pending": dict(self._pending), "gradient": self.gradient.to_dict(),
                 "seed_elites": [[e.candidate.to_dict(), e.result.to_dict()] for e in self.seed_elites],
                 "near_duplicates": self.near_duplicates, "exhausted": self.exhausted,
+                "repairs": repair.dump(self.repairs),
                 "llm_usage": self.proposer.usage_by_model()}
 
     def restore(self, state: dict) -> None:
@@ -295,6 +313,7 @@ class Island:
                             for c, r in state.get("seed_elites", [])]
         self.near_duplicates = state.get("near_duplicates", 0)
         self.exhausted = state.get("exhausted", False)
+        self.repairs = repair.load(state.get("repairs", []))
         self.proposer.restore_usage(state.get("llm_usage") or {})
 
     def replay(self, pairs: list[tuple[Candidate, EvalResult]]) -> None:

@@ -1,0 +1,209 @@
+"""One limit on LLM requests in flight per endpoint, shared by every island and task of a cluster.
+
+A local server (llama.cpp, Ollama) answers one request at a time: if every island sends at once,
+requests queue inside the server past the client's timeout, the client drops them and retries
+send them again. Instead, a caller first takes a slot here and only then sends its request; the
+wait for a slot is not part of the request, so it never counts against the request's timeout.
+
+`Slots` is the pure bookkeeping: a FIFO of waiters and leases that expire unless renewed, so a
+process that died holding a slot gives it back within `lease_s`. `SlotsActor` is its Ray shell
+(a named actor per endpoint, found by every island); `LocalSlots` serves a process without Ray.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import threading
+import time
+from collections import deque
+from contextlib import contextmanager
+from urllib.parse import urlparse
+
+LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
+LEASE_S = 30.0              # a holder renews every LEASE_S / 3; a dead one's slot frees after this
+_POLL_S = 0.05
+
+
+def is_local(url: str) -> bool:
+    return (urlparse(url).hostname or "") in LOCAL_HOSTS
+
+
+def default_limit(url: str, configured: int) -> int:
+    """`proposer.max_concurrent`, or when 0: 1 for a server on this machine, 16 for a remote API."""
+    if configured > 0:
+        return configured
+    return 1 if is_local(url) else 16
+
+
+class Slots:
+    """Leases on `limit` slots, granted first come first served. Pure; the clock is passed in."""
+
+    def __init__(self, limit: int):
+        self.limit = max(1, int(limit))
+        self.held: dict[str, float] = {}        # holder -> lease expiry
+        self.queue: deque[str] = deque()
+        self.granted = 0
+        self.peak = 0
+
+    def set_limit(self, limit: int) -> None:
+        self.limit = max(1, int(limit))
+
+    def _expire(self, now: float) -> None:
+        for h in [h for h, t in self.held.items() if t <= now]:
+            del self.held[h]
+
+    def try_take(self, holder: str, now: float, lease_s: float = LEASE_S) -> bool:
+        """Queue `holder` (once) and grant it a slot if it is at the head and one is free."""
+        self._expire(now)
+        if holder in self.held:
+            return True
+        if holder not in self.queue:
+            self.queue.append(holder)
+        if self.queue[0] == holder and len(self.held) < self.limit:
+            self.queue.popleft()
+            self.held[holder] = now + lease_s
+            self.granted += 1
+            self.peak = max(self.peak, len(self.held))
+            return True
+        return False
+
+    def renew(self, holder: str, now: float, lease_s: float = LEASE_S) -> bool:
+        if holder in self.held:
+            self.held[holder] = now + lease_s
+            return True
+        return False
+
+    def release(self, holder: str) -> None:
+        self.held.pop(holder, None)
+        try:
+            self.queue.remove(holder)
+        except ValueError:
+            pass
+
+    def stats(self) -> dict:
+        return {"limit": self.limit, "in_flight": len(self.held), "waiting": len(self.queue),
+                "granted": self.granted, "peak": self.peak}
+
+
+class SlotsActor:
+    """The Ray shell of Slots: an async actor, so many callers can wait on it at once."""
+
+    def __init__(self, limit: int):
+        self.slots = Slots(limit)
+
+    async def acquire(self, holder: str, limit: int, lease_s: float = LEASE_S) -> bool:
+        self.slots.set_limit(limit)
+        while not self.slots.try_take(holder, time.monotonic(), lease_s):
+            await asyncio.sleep(_POLL_S)
+        return True
+
+    def renew(self, holder: str, lease_s: float = LEASE_S) -> bool:
+        return self.slots.renew(holder, time.monotonic(), lease_s)
+
+    def release(self, holder: str) -> None:
+        self.slots.release(holder)
+
+    def stats(self) -> dict:
+        return self.slots.stats()
+
+
+class LocalSlots:
+    """Slots for the threads of one process (a proposer used without Ray: scripts, tests)."""
+
+    def __init__(self, limit: int):
+        self.slots = Slots(limit)
+        self._lock = threading.Lock()
+
+    def acquire(self, holder: str, limit: int, lease_s: float = LEASE_S) -> bool:
+        while True:
+            with self._lock:
+                self.slots.set_limit(limit)
+                if self.slots.try_take(holder, time.monotonic(), lease_s):
+                    return True
+            time.sleep(_POLL_S)
+
+    def renew(self, holder: str, lease_s: float = LEASE_S) -> bool:
+        with self._lock:
+            return self.slots.renew(holder, time.monotonic(), lease_s)
+
+    def release(self, holder: str) -> None:
+        with self._lock:
+            self.slots.release(holder)
+
+    def stats(self) -> dict:
+        with self._lock:
+            return self.slots.stats()
+
+
+_LOCAL: dict[str, LocalSlots] = {}
+_LOCAL_LOCK = threading.Lock()
+
+
+def actor_name(url: str) -> str:
+    return "kfray-llm-slots-" + hashlib.sha1(url.rstrip("/").encode()).hexdigest()[:12]
+
+
+class EndpointSlots:
+    """The slot limiter of one endpoint: the cluster-wide named actor when Ray is up, else a
+    process-wide LocalSlots. `hold()` is a context manager that keeps the lease renewed."""
+
+    def __init__(self, url: str, limit: int):
+        self.url, self.limit = url, max(1, int(limit))
+        self._actor = None
+        self.waited_s = 0.0                     # time spent waiting for slots, for reports
+
+    def _backend(self):
+        import ray
+
+        if not ray.is_initialized():
+            with _LOCAL_LOCK:
+                return _LOCAL.setdefault(self.url, LocalSlots(self.limit))
+        if self._actor is None:
+            cls = ray.remote(num_cpus=0, max_restarts=-1, max_concurrency=1000)(SlotsActor)
+            self._actor = cls.options(name=actor_name(self.url), get_if_exists=True).remote(self.limit)
+        return self._actor
+
+    def handle(self):
+        """The endpoint's named actor, created here if missing. A named actor dies with the process
+        that created it, so a run's driver calls this first and keeps the handle for the run."""
+        return self._backend()
+
+    def _call(self, method: str, *args):
+        b = self._backend()
+        if isinstance(b, LocalSlots):
+            return getattr(b, method)(*args)
+        import ray
+
+        try:
+            return ray.get(getattr(b, method).remote(*args))
+        except ray.exceptions.RayActorError:    # its owner died with it: found or made anew
+            self._actor = None
+            return ray.get(getattr(self._backend(), method).remote(*args))
+
+    def stats(self) -> dict:
+        return self._call("stats")
+
+    @contextmanager
+    def hold(self, holder: str):
+        t0 = time.monotonic()
+        self._call("acquire", holder, self.limit, LEASE_S)
+        self.waited_s += time.monotonic() - t0
+        stop = threading.Event()
+
+        def renew():
+            while not stop.wait(LEASE_S / 3):
+                try:
+                    self._call("renew", holder, LEASE_S)
+                except Exception:       # the actor restarting: the next renewal tries again
+                    pass
+
+        t = threading.Thread(target=renew, daemon=True)
+        t.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            try:
+                self._call("release", holder)
+            except Exception:
+                pass                    # the lease runs out by itself

@@ -1,0 +1,300 @@
+"""The LLM loop against a local server: one request in flight per endpoint (shared by islands in
+other processes too), streaming with an idle timeout, diff proposals, and repair before charging.
+A real openai client talks HTTP to tests/llm_server.py on 127.0.0.1."""
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+from kfray.candidate import Candidate, EvalResult
+from kfray.config import EvalConfig, ProposerConfig, SearchConfig
+from kfray.driver.ledger import TaskLedger
+from kfray.proposers.llm import LLMProposer
+from kfray.search.island import Island
+from llm_server import ScriptedServer
+
+ANSWER = "```cpp\nextern \"C\" int kf_forward(const float* x, float* y) { return 0; }\n```"
+MSGS = [{"role": "user", "content": "write a kernel"}]
+
+
+def _cfg(srv, **kw) -> ProposerConfig:
+    base = dict(kind="llm", base_url=srv.base_url, model="local-model", api_key_env="KFRAY_TEST_NO_KEY",
+                backoff_s=0.01, max_retries=1, timeout_s=10.0)
+    base.update(kw)
+    return ProposerConfig(**base)
+
+
+def _burst(srv, n: int, **kw) -> list:
+    """n islands (threads, each its own proposer) ask the same endpoint at once."""
+    out = [None] * n
+
+    def one(i):
+        try:
+            out[i] = LLMProposer(_cfg(srv, **kw)).complete(MSGS)
+        except Exception as e:
+            out[i] = e
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    return out
+
+
+def test_one_request_in_flight_none_sent_twice():
+    # a server that answers one request at a time, 0.4 s each; the last of 5 waits 1.6 s, longer
+    # than the 1.2 s timeout: waiting for the slot must not count against it
+    with ScriptedServer([ANSWER], delay_s=0.4, serial=True) as srv:
+        got = _burst(srv, 5, timeout_s=1.2)
+        assert all(isinstance(g, str) and "kf_forward" in g for g in got), got
+        assert len(srv.requests) == 5 and srv.max_in_flight == 1
+
+
+def test_without_the_limit_the_server_is_flooded():
+    # the failure the limit prevents: 5 at once queue in the server past the timeout and are resent
+    with ScriptedServer([ANSWER], delay_s=0.4, serial=True) as srv:
+        got = _burst(srv, 5, timeout_s=1.2, max_concurrent=5)
+        time.sleep(0.5)
+        assert srv.max_in_flight > 1 and len(srv.requests) > 5
+        assert any(isinstance(g, Exception) for g in got)
+
+
+def test_stream_timeout_is_idle_time_not_total():
+    # 12 tokens 0.1 s apart: 1.2 s in all, never more than 0.1 s silent; a 0.5 s timeout holds
+    text = " ".join(["word"] * 11) + " " + ANSWER
+    with ScriptedServer([text], token_delay_s=0.1) as srv:
+        p = LLMProposer(_cfg(srv, timeout_s=0.5, max_retries=0))
+        assert p.complete(MSGS).endswith(ANSWER)
+        assert srv.requests[0]["stream"] is True and len(srv.requests) == 1
+        assert p.usage["completion_tokens"] > 0 and p.usage["prompt_tokens"] > 0
+    with ScriptedServer([ANSWER], delay_s=1.0) as srv:       # silent past the timeout: dropped
+        p = LLMProposer(_cfg(srv, timeout_s=0.3, max_retries=0))
+        try:
+            p.complete(MSGS)
+            raise AssertionError("a silent server must time out")
+        except Exception as e:
+            assert "APITimeoutError" in str(e) and srv.base_url in str(e)
+
+
+def test_limit_is_shared_across_ray_processes(ray_local):
+    # islands are separate processes: the limit lives in one named actor per endpoint
+    ray = ray_local
+
+    def _call(url: str) -> str:          # nested: pickled by value for the workers
+        from kfray.config import ProposerConfig
+        from kfray.proposers.llm import LLMProposer
+
+        cfg = ProposerConfig(kind="llm", base_url=url, model="m", api_key_env="KFRAY_TEST_NO_KEY",
+                             timeout_s=0.6, max_retries=0)
+        return LLMProposer(cfg).complete([{"role": "user", "content": "hi"}])
+
+    from kfray.proposers.slots import EndpointSlots
+
+    with ScriptedServer([ANSWER], delay_s=0.3, serial=True) as srv:
+        keep = EndpointSlots(srv.base_url, 1).handle()      # owned here, as a run's driver owns it
+        call = ray.remote(num_cpus=0)(_call)
+        got = ray.get([call.remote(srv.base_url) for _ in range(3)], timeout=60)
+        assert all("kf_forward" in g for g in got)
+        assert srv.max_in_flight == 1 and len(srv.requests) == 3
+        assert ray.get(keep.stats.remote())["granted"] == 3
+
+
+AXPB = """\
+#include <cstdint>
+extern "C" int kf_forward(const float* x, float* y, float a, float b, int64_t n) {
+    for (int64_t i = 0; i < n; ++i)
+        y[i] = a * x[i] + b;
+    return 0;
+}
+"""
+BROKEN = ("Use fma.\n<<<<<<< SEARCH\n        y[i] = a * x[i] + b;\n=======\n"
+          "        y[i] = std::fma(a, x[i], b)\n>>>>>>> REPLACE")
+FIXED = ("Add the include and the semicolon.\n<<<<<<< SEARCH\n#include <cstdint>\n=======\n"
+         "#include <cmath>\n#include <cstdint>\n>>>>>>> REPLACE\n<<<<<<< SEARCH\n"
+         "        y[i] = std::fma(a, x[i], b)\n=======\n        y[i] = std::fma(a, x[i], b);\n>>>>>>> REPLACE")
+
+
+def test_diff_child_fails_then_repair_compiles(tmp_cache):
+    """A diff child that does not compile goes back once with the compiler's message; the fix
+    compiles and is correct; the budget counts the pair once."""
+    from kfray.eval.evaluator import Evaluator
+
+    ev = Evaluator("cpu", EvalConfig(tune_budget=0, trials=1, repeats=1, min_time_s=0.0, warmup=0))
+    with ScriptedServer([BROKEN, FIXED], serial=True) as srv:
+        prop = LLMProposer(_cfg(srv, edit_mode="diff", repair=True))
+        isl = Island(0, "axpb", "cpp", SearchConfig(islands=1, batch=1), prop)
+        seed = Candidate(task="axpb", language="cpp", source=AXPB, origin="seed:plain")
+        isl.seed([(seed, EvalResult.from_dict(ev.evaluate(seed)))])
+        led = TaskLedger(["axpb"], budget=2, batch=1)
+        led.add_island("axpb", "cpu")
+
+        child, = isl.propose(1)
+        assert child.origin == "llm:local-model" and "std::fma(a, x[i], b)\n" in child.source
+        res = EvalResult.from_dict(ev.evaluate(child))
+        assert res.tier == 1 and "error:" in res.reason
+        first_error = next(line for line in res.reason.splitlines() if "error:" in line)
+        assert len(led.admit("axpb", 0, [child]).fresh) == 1
+        isl.ingest([(child, res)])
+        assert len(isl.repairs) == 1
+
+        fix, = isl.propose(0)                      # repairs come on top of the batch asked for
+        assert fix.origin == "llm:repair" and fix.parent_id == child.id
+        prompt = srv.requests[1]["messages"][1]["content"]
+        assert first_error in prompt and "std::fma(a, x[i], b)" in prompt
+        fixed = EvalResult.from_dict(ev.evaluate(fix))
+        assert fixed.tier == 5, fixed.reason
+        got = led.admit("axpb", 0, [fix])
+        assert got.fresh == [fix] and led.tasks["axpb"].spent == 1       # the repair is free
+        rec = [r for r in isl.ingest([(fix, fixed)]) if r["candidate_id"] == fix.id][0]
+        assert rec["origin"] == "llm:repair" and rec["parent_id"] == seed.id and not isl.repairs
+
+
+def test_repair_only_once_and_off_switch():
+    wrong = EvalResult(candidate_id="x", tier=4, reason="max abs error 1.0")
+    with ScriptedServer([ANSWER]) as srv:
+        for repair, origin, queued in ((True, "llm:repair", 0), (False, "llm:local-model", 0)):
+            isl = Island(0, "axpb", "cpp", SearchConfig(), LLMProposer(_cfg(srv, repair=repair)))
+            c = isl.describe(Candidate(task="axpb", language="cpp", source=AXPB, origin=origin))
+            isl._parents[c.id] = (None, 0.0, None, origin)
+            isl.ingest([(c, wrong)])
+            assert len(isl.repairs) == queued
+        isl = Island(0, "axpb", "cpp", SearchConfig(), LLMProposer(_cfg(srv)))
+        c = isl.describe(Candidate(task="axpb", language="cpp", source=AXPB, origin="llm:local-model"))
+        isl._parents[c.id] = (None, 0.0, None, c.origin)
+        isl.ingest([(c, wrong)])
+        state = isl.state()
+        again = Island(0, "axpb", "cpp", SearchConfig(), LLMProposer(_cfg(srv)))
+        again.restore(state)
+        assert [r[0].id for r in again.repairs] == [c.id]       # a restarted island still owes the fix
+
+
+def test_auto_mode_tries_both_then_follows_reward():
+    with ScriptedServer([ANSWER]) as srv:
+        p = LLMProposer(_cfg(srv, edit_mode="auto"))
+        from kfray.proposal import ProposalContext
+        from kfray.tasks import load_task
+
+        ctx = ProposalContext(task=load_task("axpb"), language="cpp", parent=None, inspirations=[],
+                              target_cell=None, meta_prompt=None, device_facts={}, island=0, generation=1)
+        first = [p.propose(ctx, random.Random(0)) for _ in range(2)]
+        assert sorted(p.written[c.id][1] for c in first) == ["diff", "rewrite"]
+        for c in first:
+            good = p.written[c.id][1] == "diff"
+            p.feedback(c, {"origin": c.origin, "improvement": 2.0 if good else -3.0})
+        assert p.choose_mode(ctx) == "diff"
+        assert "SEARCH/REPLACE" in srv.requests[-1]["messages"][1]["content"] or \
+            "SEARCH/REPLACE" in srv.requests[0]["messages"][1]["content"]
+
+
+def test_doctor_llm(capsys):
+    from kfray.cli import main
+
+    words = " ".join(f"tok{i}" for i in range(20))
+    with ScriptedServer([words], token_delay_s=0.01) as srv:
+        sets = [f"proposer.base_url={srv.base_url}", "proposer.model=local-model",
+                "proposer.api_key_env=KFRAY_TEST_NO_KEY"]
+        rc = main(["doctor", "--llm"] + [a for s in sets for a in ("--set", s)])
+        out = capsys.readouterr().out
+        assert f"ok  endpoint {srv.base_url}: models scripted-model" in out
+        assert "ok  model local-model 20 tokens; first after" in out and "tokens/s" in out
+        assert srv.requests[0]["stream"] is True
+    assert rc == 0
+    rc = main(["doctor", "--llm"] + [a for s in sets for a in ("--set", s)])   # the server is gone
+    out = capsys.readouterr().out
+    assert rc == 1 and f"BAD endpoint {srv.base_url}: APIConnectionError" in out
+
+
+def test_edit_that_does_not_apply_is_asked_again_as_a_whole_file():
+    from kfray.proposal import ProposalContext
+    from kfray.tasks import load_task
+
+    wrong = "<<<<<<< SEARCH\n    while (k < m) z[k] = 0;\n=======\n    z[0] = 1;\n>>>>>>> REPLACE"
+    whole = "```cpp\n" + AXPB.replace("a * x[i] + b", "b + a * x[i]") + "```"
+    task = load_task("axpb")
+    ctx = ProposalContext(task=task, language="cpp", parent=None, inspirations=[], target_cell=None,
+                          meta_prompt=None, device_facts={}, island=0, generation=1)
+    with ScriptedServer([wrong, whole, wrong]) as srv:
+        p = LLMProposer(_cfg(srv, edit_mode="diff"))
+        c = p.propose(ctx, random.Random(0))           # no parent: the edits are against the baseline seed
+        assert "y[i] = b + a * x[i];" in c.source and c.no_code_reason == ""
+        assert "does not match the parent" in p.last["edit_error"]
+        assert "<<<<<<< SEARCH" in srv.requests[0]["messages"][1]["content"]      # asked for a diff
+        assert "complete source file" in srv.requests[1]["messages"][1]["content"]  # then the file
+        assert p.last["prompt_tokens"] > 0 and len(p.last["answers"]) == 2
+        c = p.propose(ctx, random.Random(0))           # wrong twice: tier 0, and it says why
+        assert c.source == "" and c.no_code_reason.startswith("the edit does not apply: SEARCH block 1 of 1")
+        assert len(srv.requests) == 4
+
+
+class _TaskServer(ScriptedServer):
+    """Answers by what is asked: a whole file for the task named in the prompt, broken (an
+    undeclared name) for a first try and fixed for a repair; each answer a new variant."""
+
+    def __init__(self, seeds: dict, **kw):
+        super().__init__(["unused"], **kw)
+        self.seeds, self.n = seeds, 0
+
+    def _take(self, body: dict):
+        with self._lock:
+            self.requests.append(body)
+            self.n += 1
+            user = body["messages"][1]["content"]
+            name = next((t for t in self.seeds if f"**{t}**" in user), None)
+            if name is None:                # the prompt evolver asking for new meta-prompts
+                return "no new sections"
+            src = self.seeds[name].replace("return 0;", f"volatile int v{self.n} = {self.n}; (void)v{self.n};\n"
+                                                        "    return 0;")
+            if "it failed; fix it" not in user:
+                src = src.replace("return 0;", "return zero;")
+            return f"```cpp\n{src}```"
+
+
+def test_a_run_on_a_one_at_a_time_server(ray_local, tmp_path, tmp_cache):
+    """The issue's scene: 2 tasks x 2 islands x batch 2 against a server that answers one request at
+    a time, with a timeout shorter than the queue: nothing is dropped or sent twice, and every
+    broken child is repaired once, free of the budget."""
+    from kfray.config import load_config
+    from kfray.driver import run_search
+    from kfray.store import Store
+    from kfray.tasks import load_task
+
+    seeds = {t: load_task(t).baseline_seed("cpp").source for t in ("axpb", "softmax")}
+    with _TaskServer(seeds, delay_s=0.3, serial=True) as srv:
+        cfg = load_config(None, ["tasks=[axpb, softmax]", "search.islands=2", "search.budget=6", "search.batch=2",
+                                 "eval.evaluators=1", "eval.tune_budget=0", "eval.trials=1", "eval.repeats=1",
+                                 f"eval.cache_dir={tmp_cache}", "proposer.kind=llm", "proposer.model=local",
+                                 f"proposer.base_url={srv.base_url}", "proposer.api_key_env=KFRAY_TEST_NO_KEY",
+                                 "proposer.timeout_s=1.0", "proposer.max_retries=2", "proposer.edit_mode=rewrite",
+                                 "search.near_duplicate=0", "prompts.evolve_every=1000"])
+        out = run_search(cfg, tmp_path / "run", progress=False)
+        assert srv.max_in_flight == 1 and srv.dropped == 0
+        n_requests = len(srv.requests)
+    assert out["llm"]["local"]["failures"] == 0 and out["llm"]["local"]["calls"] == n_requests
+    store = Store(tmp_path / "run" / "kfray.db")
+    try:
+        rows = [(c, r) for c, r in store.evaluated() if c.origin.startswith("llm:")]
+    finally:
+        store.close()
+    first = [(c, r) for c, r in rows if c.origin == "llm:local"]
+    fixed = [(c, r) for c, r in rows if c.origin == "llm:repair"]
+    assert len(first) == 6 and all(r.tier == 1 for _, r in first)     # 2 x (budget 6 - 3 seeds), broken
+    assert fixed and all(r.tier == 5 for _, r in fixed)                # repairs compile and are right
+    assert {c.parent_id for c, _ in fixed} <= {c.id for c, _ in first}
+
+
+def test_a_snippet_in_answer_to_a_diff_request_is_asked_again_as_a_whole_file():
+    from kfray.proposal import ProposalContext
+    from kfray.tasks import load_task
+
+    snippet = "Add this:\n```cpp\n#pragma omp parallel for\n```"        # seen from the 1.5B model
+    whole = "```cpp\n" + AXPB + "```"
+    ctx = ProposalContext(task=load_task("axpb"), language="cpp", parent=None, inspirations=[], target_cell=None,
+                          meta_prompt=None, device_facts={}, island=0, generation=1)
+    with ScriptedServer([snippet, whole]) as srv:
+        c = LLMProposer(_cfg(srv, edit_mode="diff")).propose(ctx, random.Random(0))
+        assert c.source.strip() == AXPB.strip() and len(srv.requests) == 2
+    with ScriptedServer([snippet, whole]) as srv:                     # repair off: no second request
+        c = LLMProposer(_cfg(srv, edit_mode="diff", repair=False)).propose(ctx, random.Random(0))
+        assert c.source == "" and "no code block with kf_forward" in c.no_code_reason and len(srv.requests) == 1
