@@ -14,9 +14,10 @@ import numpy as np
 
 from kfray.errors import BackendError
 from kfray.eval.backends.base import Backend, Build, CompileError
+from kfray.eval.backends.cpu_pch import pch_flags
 from kfray.eval.compile_cache import CompileCache
 from kfray.source import define_flags
-from kfray.tasks.base import Scalar, Tensor
+from kfray.tasks.base import Tensor
 
 BASE_FLAGS = ["-O3", "-march=native", "-fopenmp", "-std=c++17", "-shared", "-fPIC"]
 GUARD_BYTES = 4096     # canary zone before and after every buffer a kernel gets
@@ -110,8 +111,10 @@ class CpuBackend(Backend):
         hit = self.cache.lookup(key, ".so")
         if hit:
             return Build(str(hit), time.perf_counter() - t0, True)
+        pch = pch_flags(source, cxx, compiler_version(cxx), flags, self.cache.root)   # same build, faster
         tmp, rc, text = self.cache.compile_source(
-            key, source, ".cpp", lambda src, out: [cxx, *flags, str(src), "-o", str(out)], self.cfg.compile_timeout_s)
+            key, source, ".cpp", lambda src, out: [cxx, *flags, *pch, str(src), "-o", str(out)],
+            self.cfg.compile_timeout_s)
         if rc != 0 or not tmp.exists():
             raise CompileError(text[-4000:] or f"compiler exited with {rc}")
         path = self.cache.commit(tmp, key, ".so")
