@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Callable
 
 from kfray.eval import isolation
+from kfray.eval.native_build import cache_root
 
 
 def default_root() -> Path:
-    """KFRAY_CACHE, or ~/.cache/kfray (the compile cache, and the harness's own native helper)."""
-    return Path(os.environ.get("KFRAY_CACHE") or Path.home() / ".cache" / "kfray")
+    """KFRAY_CACHE, or ~/.cache/kfray."""
+    return cache_root()
 
 
 def run_compiler(cmd: list[str], timeout: float, plan: dict | None = None) -> tuple[int, str]:

@@ -16,11 +16,11 @@ import ctypes
 import hashlib
 import os
 import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from kfray.eval.native_build import build_once, cache_root
 
 SOURCE = Path(__file__).with_name("fastcheck.c")
 FLAGS = ["-O3", "-ffp-contract=off", "-fno-trapping-math", "-fno-signed-zeros", "-fassociative-math", "-fPIC", "-shared"]
@@ -39,31 +39,17 @@ _state: dict = {}
 
 def _path(root: Path | None = None) -> Path:
     digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode()).hexdigest()[:16]
-    root = root or os.environ.get("KFRAY_CACHE") or Path.home() / ".cache" / "kfray"   # the compile cache's root
-    return Path(root) / "native" / f"fastcheck-{digest}.so"
+    return Path(root or cache_root()) / "native" / f"fastcheck-{digest}.so"
 
 
 def ensure_built(root: Path | None = None) -> Path | None:
-    """The helper's library, built if missing (atomically: racing evaluators are fine); None when no
-    C compiler is present or the build fails (the numpy checks are used then)."""
+    """The helper's library, built if missing; None when no C compiler is present or the build
+    fails (the numpy checks are used then)."""
     out = _path(root)
     if out.exists():
         return out
     cc = next((c for c in (os.environ.get("CC"), "cc", "gcc", "clang") if c and shutil.which(c)), None)
-    if cc is None:
-        return None
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
-        os.close(fd)
-        r = subprocess.run([cc, *FLAGS, str(SOURCE), "-o", tmp], capture_output=True, timeout=120)
-        if r.returncode != 0:
-            os.unlink(tmp)
-            return None
-        os.replace(tmp, out)
-        return out
-    except (OSError, subprocess.SubprocessError):
-        return None
+    return out if cc and build_once([cc, *FLAGS, str(SOURCE)], out) else None
 
 
 def _lib():

@@ -10,12 +10,11 @@ plain header, so a kernel compiles to the same thing either way.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import subprocess
-import tempfile
 import threading
 from pathlib import Path
+
+from kfray.eval.native_build import build_once
 
 HEADER = "#include <cmath>\n"
 _INCLUDES_CMATH = re.compile(r"^\s*#\s*include\s*<cmath>", re.M)
@@ -37,20 +36,12 @@ def pch_flags(source: str, cxx: str, version: str, flags: list[str], root: Path)
 
 
 def _build(cxx: str, flags: list[str], folder: Path) -> Path | None:
-    header, gch = folder / "kf_cmath.h", folder / "kf_cmath.h.gch"
-    if gch.exists():
-        return header
+    header = folder / "kf_cmath.h"
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        header.write_text(HEADER)
-        fd, tmp = tempfile.mkstemp(suffix=".gch", dir=folder)
-        os.close(fd)
-        r = subprocess.run([cxx, *[f for f in flags if f != "-shared"], "-x", "c++-header", str(header), "-o", tmp],
-                           capture_output=True, timeout=120)
-        if r.returncode != 0:
-            os.unlink(tmp)
-            return None
-        os.replace(tmp, gch)
-        return header
-    except (OSError, subprocess.SubprocessError):
+        if not header.exists():
+            header.write_text(HEADER)
+    except OSError:
         return None
+    command = [cxx, *[f for f in flags if f != "-shared"], "-x", "c++-header", str(header)]
+    return header if build_once(command, folder / "kf_cmath.h.gch") else None
