@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import shutil
+from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -144,3 +145,61 @@ def test_edited_kernels_are_correct_on_the_gpu(tmp_path):
             assert r.tier == 5, (task, r.reason)
     finally:
         ev.shutdown()
+
+
+SUITE_EXT = (Path(__file__).parent / "data" / "suite_kernels" / "relu_ext.cu").read_text()
+
+
+def suite_ext_with_threads() -> str:
+    """The suite-form ReLU extension with its block size in a host constant, as published kernels write it."""
+    return SUITE_EXT.replace("int64_t n = x.numel();", "int64_t n = x.numel();\n    const int threads = 256;").replace(
+        "(n + 255) / 256, 256,", "(n + threads - 1) / threads, threads,")
+
+
+def test_block_size_makes_a_host_constant_block_a_tunable():
+    src = suite_ext_with_threads()
+    out = cuda_edits.block_size(src, random.Random(0))
+    assert "const int threads = KF_BLOCK_THREADS;" in out
+    space = parse_params(out)
+    assert space.values["KF_BLOCK_THREADS"] == (256, 64, 128, 512, 1024)      # its own value first
+    assert cuda_edits.block_size(out, random.Random(0)) is None                 # a tunable already
+    assert cuda_edits.block_size(SUITE_EXT, random.Random(0)) is None            # a literal: nothing to name
+    dim3 = src.replace("const int threads = 256;", "const dim3 threads(256);")
+    assert cuda_edits.block_size(dim3, random.Random(0)) is None
+    defined = "#define THREADS 128\n" + src.replace("const int threads = 256;\n", "").replace("threads", "THREADS")
+    assert set(parse_params(cuda_edits.block_size(defined, random.Random(0))).values["KF_BLOCK_THREADS"]) == \
+        {32, 64, 128, 256, 512}
+
+
+def test_offline_search_edits_suite_cuda_extensions_not_modelnew_files():
+    """A suite task's CUDA extension gets the CUDA edits (robust-kbench kernels are searched without a
+    model); each child still binds the suite's function and its best file builds without kfray's flags."""
+    from collections import Counter
+
+    from kfray.candidate import Candidate, EvalResult
+    from kfray.proposers.base import ProposalContext
+    from kfray.proposers.offline import OfflineProposer, operators_for
+    from kfray.search.archive import Elite
+    from kfray.tasks.suite_form import best_file
+
+    task = load_task("kernelbench:" + str(Path(__file__).parent / "data" / "kernelbench" / "level1" / "1_Relu.py"))
+    src = suite_ext_with_threads()
+    assert "block_size" in operators_for("suite", src) and "unroll" in operators_for("suite", src)
+    modelnew = task.seeds_for("suite")[0].source
+    assert "block_size" not in operators_for("suite", modelnew)
+    parent = Elite(Candidate(task=task.name, language="suite", source=src, params={}),
+                   EvalResult(candidate_id="p", tier=5, times={"s": 1.0}, ref_times={"s": 1.0}))
+    rng, ops = random.Random(3), Counter()
+    for i in range(40):
+        ctx = ProposalContext(task=task, language="suite", parent=parent, inspirations=[], target_cell=None,
+                              meta_prompt=None, device_facts={}, island=0, generation=i + 1, occupied=set())
+        child = OfflineProposer().propose(ctx, rng)
+        ops[child.origin.split(":", 1)[1]] += 1
+        if "ModelNew" in child.source:
+            continue                                    # switched to the reference seed
+        assert 'm.def("forward", &forward)' in child.source
+        space = parse_params(child.source)
+        assert set(child.params) == set(space.values) and space.allows(child.params)
+        _, text = best_file(child.source, child.params, task.suite, "torch_ext_cuda")
+        assert all(f"#define {k} {v}\n" in text for k, v in child.params.items())
+    assert {"block_size", "cache_hints"} <= set(ops), ops

@@ -63,3 +63,23 @@ def test_modelnew_with_load_inline_cuda_is_correct(tmp_path):
         "class ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return mod.forward(x)\n")
     res = _verify(RELU, kernel, tmp_path / "cache")
     assert res.correct, res.reason
+
+
+def test_block_size_edit_of_an_extension_written_as_its_best_file_is_correct(tmp_path):
+    """The offline search's block-size edit on a suite extension, baked into the file a search writes as
+    its best (a #define ahead of the source), builds without kfray's flags and stays correct."""
+    import random
+
+    from kfray.proposers.cuda_edits import block_size
+    from kfray.tasks import load_task
+    from kfray.tasks.suite_form import best_file
+
+    src = (DATA / "suite_kernels" / "relu_ext.cu").read_text().replace(
+        "int64_t n = x.numel();", "int64_t n = x.numel();\n    const int threads = 256;").replace(
+        "(n + 255) / 256, 256,", "(n + threads - 1) / threads, threads,")
+    edited = block_size(src, random.Random(0))
+    suffix, text = best_file(edited, {"KF_BLOCK_THREADS": 1024}, load_task(RELU).suite, "torch_ext_cuda")
+    kernel = tmp_path / f"best{suffix}"
+    kernel.write_text(text)
+    res = _verify(RELU, kernel, tmp_path / "cache")
+    assert suffix == ".cu" and res.correct, res.reason

@@ -16,6 +16,9 @@ makes room for 128-bit loads, launch bounds then trade registers for resident bl
 - `cache_hints`: reads of read-only pointers through the read-only cache (`__ldg`), or a swap
   between `__ldg`, `__ldcs` (streaming: evict first) and `__ldcg` (L2 only).
 - `pad_shared`: one padding column on a 2-D shared tile, against bank conflicts.
+- `block_size`: a block size the host code sets as a constant (`const int threads = 256;`,
+  `#define BLOCK 256`) becomes a tunable, `@kf.param KF_BLOCK_<NAME>`, powers of two around it:
+  how published suite kernels (robust-kbench's) are searched without a model.
 Reductions (warp shuffles, online softmax) live in kfray/proposers/cuda_reductions.py.
 """
 from __future__ import annotations
@@ -204,5 +207,35 @@ def pad_shared(src: str, rng) -> str | None:
     return src[:a] + f"{m.group(3).strip()} + 1" + src[b:]
 
 
+_BLOCK_CONST = (r"^(?P<lead>[ \t]*(?:static\s+)?(?:const\s+|constexpr\s+)*(?:int|unsigned|size_t|int64_t)\s+{name}"
+                r"\s*=\s*)(?P<val>\d+)\s*;", r"^[ \t]*#[ \t]*define[ \t]+{name}[ \t]+\(?(?P<val>\d+)\)?[ \t]*(?://.*)?$")
+
+
+def block_size(src: str, rng) -> str | None:
+    """A launch's block size set by the host as a constant becomes `KF_BLOCK_<NAME>`, declared
+    with powers of two from a quarter to four times it (32..1024), its value first. Whatever the
+    kernel derives from the constant (shared sizes, template arguments) follows it; a kernel that
+    assumes the old size fails the verdict like any wrong candidate."""
+    options = {}
+    for k in kernels(src):
+        for s in launches(src, k["name"]):
+            name = s["text"][1].strip()
+            if not re.fullmatch(r"[A-Za-z_]\w*", name) or name.startswith("KF_") or name in options:
+                continue
+            for pat in _BLOCK_CONST:
+                m = re.search(pat.format(name=re.escape(name)), src, re.M)
+                if m and 32 <= int(m["val"]) <= 1024 and int(m["val"]) & (int(m["val"]) - 1) == 0:
+                    options[name] = m
+                    break
+    if not options:
+        return None
+    name = rng.choice(sorted(options))
+    m, v = options[name], int(options[name]["val"])
+    param = f"KF_BLOCK_{name.upper()}"
+    new = src[:m.start("val")] + param + src[m.end("val"):]
+    return add_param(new, param, [x for x in (v // 4, v // 2, v, v * 2, v * 4) if 32 <= x <= 1024], v)
+
+
 EDITS = {"vector_io": vector_io, "grid_stride": grid_stride, "unroll": unroll, "launch_bounds": launch_bounds,
-         "cache_hints": cache_hints, "pad_shared": pad_shared}
+         "cache_hints": cache_hints, "pad_shared": pad_shared,
+         "block_size": block_size}

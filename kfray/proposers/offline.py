@@ -22,6 +22,7 @@ import re
 import time
 
 from kfray.candidate import Candidate
+from kfray.eval.backends.torch_ext import is_modelnew
 from kfray.languages import family
 from kfray.proposers import cuda_edits, cuda_reductions, loop_edits
 from kfray.proposers.base import ProposalContext, Proposer
@@ -108,9 +109,12 @@ def _toggle(source: str, rng: random.Random, what: str) -> str | None:
     return source[:m.start()] + f"{head}{kind}{simd}{rest}" + source[m.end():]
 
 
-def operators_for(language: str) -> tuple[str, ...]:
-    """The operators that can apply to a language: CUDA edits for CUDA kernels, OpenMP ones else."""
-    return _COMMON + (tuple(_CUDA_EDITS) if family(language) == "cuda" and language != "suite" else _CPP_OPS)
+def operators_for(language: str, source: str = "") -> tuple[str, ...]:
+    """The operators that can apply to a kernel: CUDA edits for CUDA kernels (a suite kernel that
+    is a CUDA extension included, not a ModelNew file), OpenMP ones else."""
+    cuda = family(language) == "cuda" and (language != "suite" or ("__global__" in source
+                                                                     and not is_modelnew(source)))
+    return _COMMON + (tuple(_CUDA_EDITS) if cuda else _CPP_OPS)
 
 
 class OfflineProposer(Proposer):
@@ -125,7 +129,7 @@ class OfflineProposer(Proposer):
         else:
             src, params = ctx.parent.candidate.source, dict(ctx.parent.candidate.params)
             parent_id = ctx.parent.candidate.id
-        weights = {op: 1.0 for op in operators_for(ctx.language)}
+        weights = {op: 1.0 for op in operators_for(ctx.language, src)}
         if not ctx.uniform:
             weights["mutate_params"] = 2.0
             for hint in (ctx.meta_prompt.hints if ctx.meta_prompt else []):

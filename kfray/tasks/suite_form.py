@@ -99,9 +99,12 @@ def contract(task) -> str:
 
 
 def best_file(source: str, params: dict, spec: SuiteSpec, backend: str) -> tuple[str, str]:
-    """(file suffix, text) of a best kernel as the suite takes it: tunables baked in as #defines
-    ahead of the source (an extension) so that the file builds without kfray's -D flags."""
-    if spec.kind == KERNELBENCH:
+    """(file suffix, text) of a best kernel as the suite takes it: a ModelNew file as it is, an
+    extension with its tunables baked in as #defines ahead of the source, so that the file builds
+    without kfray's -D flags."""
+    from kfray.eval.backends.torch_ext import is_modelnew
+
+    if is_modelnew(source) or (spec.kind == KERNELBENCH and "torch/extension.h" not in source):
         return ".py", source
     defines = "".join(f"#define {k} {v}\n" for k, v in (params or {}).items())
     return (".cu" if "cuda" in backend else ".cpp"), defines + source
