@@ -401,3 +401,18 @@ def test_sycl_kernels_run_isolated_and_a_hostile_include_does_not_leak(world):
     finally:
         ev.shutdown()
     _nothing_escaped(world)
+
+
+def test_task_refs_reach_the_isolated_worker_as_absolute_paths(monkeypatch):
+    """The isolated worker starts in an empty /tmp: a task named by a relative path, a robust-kbench
+    backward task and a configuration mode included, is handed over by its absolute path."""
+    from pathlib import Path
+
+    from kfray.eval.sandbox import _task_path
+
+    root = Path(__file__).parent
+    monkeypatch.chdir(root)
+    path, ref = _task_path("rkb:data/rkb_form/linear_relu#backward@multi")
+    assert path == str((root / "data/rkb_form/linear_relu").resolve())
+    assert ref == f"rkb:{path}#backward@multi"
+    assert _task_path("axpb") == (None, "axpb")

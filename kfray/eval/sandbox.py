@@ -232,10 +232,11 @@ def _task_path(ref: str) -> tuple[str | None, str]:
     head, colon, rest = base.partition(":")
     if not colon or "/" in head:
         head, colon, rest = "", "", base
+    rest, hash_, direction = rest.partition("#")          # rkb:DIR#backward names DIR
     if not rest or not os.path.exists(rest):
         return None, ref
     path = os.path.realpath(rest)
-    return path, f"{head}{colon}{path}{at}{shape_set}"
+    return path, f"{head}{colon}{path}{hash_}{direction}{at}{shape_set}"
 
 
 if __name__ == "__main__":
