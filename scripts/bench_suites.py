@@ -91,11 +91,14 @@ def cmd_rkb(args) -> list[dict]:
                      "tier": res.tier, "correct": res.correct, "reason": res.reason[:300],
                      "suite_speedup": s.get("speedup"), "kfray_speedup": res.speedup if res.correct else None,
                      "avg_mean_ms": s.get("avg_mean_ms"), "ref_avg_mean_ms": s.get("ref_avg_mean_ms"),
-                     "configs": s.get("configs"), "seconds": time.perf_counter() - t1,
+                     "configs": s.get("configs"), "speedup_vs_torch_compile": s.get("speedup_compile"),
+                     "torch_compile_avg_mean_ms": s.get("compile_avg_mean_ms"), "compile_note": s.get("compile_note"),
+                     "seconds": time.perf_counter() - t1,
                      "stages": res.stage_seconds})
         r = rows[-1]
         print(f"{task:24s} {direction:8s} {r['kernel'][:44]:44s} tier {res.tier} "
               f"{(r['suite_speedup'] or 0):7.3f}x suite {(r['kfray_speedup'] or 0):7.3f}x kfray "
+              f"{(r['speedup_vs_torch_compile'] or 0):7.3f}x vs torch.compile "
               f"{r['seconds']:6.1f} s  {res.reason[:100]}", flush=True)
     ev.shutdown()
     return rows
