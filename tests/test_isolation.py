@@ -416,3 +416,42 @@ def test_task_refs_reach_the_isolated_worker_as_absolute_paths(monkeypatch):
     assert path == str((root / "data/rkb_form/linear_relu").resolve())
     assert ref == f"rkb:{path}#backward@multi"
     assert _task_path("axpb") == (None, "axpb")
+
+
+def test_folder_to_keep_shows_a_hidden_suite_folder_once_and_nothing_visible(world):
+    """A task under a hidden folder (/tmp, the home folder) is shown to the worker through the folder
+    that holds it, so its sibling tasks need no new worker; a visible task needs nothing."""
+    tasks = world["base"] / "suite" / "tasks"
+    (tasks / "a").mkdir(parents=True, exist_ok=True)
+    assert isolation.folder_to_keep(str(tasks / "a")) == str(tasks.resolve())
+    assert isolation.folder_to_keep(str(Path(__file__).parent / "data" / "rkb_form")) is None
+    at_home = world["home"] / "task"
+    at_home.mkdir(exist_ok=True)
+    assert isolation.folder_to_keep(str(at_home)) == str(at_home.resolve())   # never the whole home
+
+
+@needs_namespaces
+def test_sibling_tasks_in_a_hidden_folder_share_one_isolated_worker(world, tmp_path):
+    """Two tasks of one suite folder under /tmp: the worker restarts once to see the folder, not
+    once per task (each restart of a GPU worker costs an import of torch and a CUDA context)."""
+    import shutil
+
+    from kfray.eval.evaluator import Evaluator
+
+    for name in ("vscale", "rowmax"):
+        shutil.copytree(Path(__file__).parent / "data" / "packages" / name, tmp_path / "suite" / name)
+    ev = Evaluator("cpu", EvalConfig(cache_dir=str(world["cache"]), timeout_s=60, tune_budget=0))
+    starts, start = [], ev.sandbox._start
+    ev.sandbox._start = lambda *a, **k: (starts.append(1), start(*a, **k))[1]
+    try:
+        results = []
+        for name in ("vscale", "rowmax", "vscale"):
+            ref = str(tmp_path / "suite" / name)
+            seed = load_task(ref).seeds_for("cpp")[0]
+            results.append(EvalResult.from_dict(ev.evaluate(
+                Candidate(task=ref, language="cpp", source=seed.source, params=parse_params(seed.source).default()),
+                ref, tune=False)))
+        assert [r.tier for r in results] == [5, 5, 5], [r.reason for r in results]
+        assert len(starts) == 1, f"the worker started {len(starts)} times for three jobs of one suite folder"
+    finally:
+        ev.shutdown()

@@ -147,6 +147,20 @@ def sandbox_plan(cache_root: str | Path | None = None, keep: list[str] = ()) -> 
     return {"hide": hide, "keep": [p for p in wanted if not _holds_hidden(p, hide)], "writable": [], "pid": True}
 
 
+def folder_to_keep(path: str) -> str | None:
+    """The folder an isolated worker must be shown for a task at `path`, or None when no hidden
+    folder covers it (the rest of the file system is visible, read-only). It is the folder holding
+    the task's folder, so that a sweep's sibling tasks need no new worker, unless that folder is
+    hidden itself or holds a hidden folder: then the task's own folder."""
+    hide = _hidden()
+    path = os.path.realpath(path)
+    if not any(path == h or path.startswith(h.rstrip("/") + "/") for h in hide):
+        return None
+    folder = path if os.path.isdir(path) else os.path.dirname(path)
+    parent = os.path.dirname(folder)
+    return folder if _holds_hidden(parent, hide) else parent
+
+
 def _holds_hidden(path: str, hide: list[str]) -> bool:
     return any(h == path or h.startswith(path.rstrip("/") + "/") for h in hide)
 

@@ -205,13 +205,17 @@ class Sandbox:
 
     def _visible(self, job: dict) -> dict:
         """The job with its task path made absolute (the isolated worker's folder is an empty
-        /tmp); a task folder the isolated worker cannot see yet restarts it with that folder."""
+        /tmp); a task under a hidden folder that the isolated worker cannot see yet restarts it
+        with that task's folder shown (its parent, so that a suite's other tasks do not restart it
+        again: a restart costs an import of torch and a new CUDA context)."""
         path, ref = _task_path(job["task_ref"])
         if path is None:
             return job
         if self.isolated and not any(path == k or path.startswith(k + "/") for k in self.keep):
-            self.keep.append(path if os.path.isdir(path) else os.path.dirname(path))
-            self.kill()
+            folder = isolation.folder_to_keep(path)
+            if folder is not None:
+                self.keep.append(folder)
+                self.kill()
         return {**job, "task_ref": ref}
 
     def close(self) -> None:
