@@ -269,3 +269,21 @@ def test_a_reference_that_updates_running_statistics_is_correct_in_the_suites_fo
     k.write_text(next(s.source for s in load_task(ref).seeds if s.name == "reference_function"))
     res, _ = _verify(ref, k, cache)
     assert res.correct, res.reason
+
+
+def test_a_suite_task_has_time_for_each_of_its_configurations():
+    """robust-kbench judges and times every configuration on its own (1000 samples a side): the
+    sandbox's limit is eval.timeout_s per configuration on a suite's task, once on kfray's own."""
+    from kfray.config import EvalConfig
+    from kfray.eval.evaluator import Evaluator
+    from kfray.tasks import load_task
+
+    ev = Evaluator("cpu", EvalConfig(timeout_s=30))
+    try:
+        job = {"torch_compile": False, "task_ref": "x"}
+        rkb = "rkb:" + str(DATA / "rkb_form" / "linear_relu")
+        assert ev._timeout(job, load_task(rkb + "@multi")) == 30 * 8
+        assert ev._timeout(job, load_task(rkb)) == 30
+        assert ev._timeout(job, load_task("axpb")) == 30       # kfray's own task: one limit for all shapes
+    finally:
+        ev.shutdown()

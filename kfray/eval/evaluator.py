@@ -97,15 +97,17 @@ class Evaluator:
         return res.to_dict()
 
     def _timeout(self, job: dict, task) -> float:
-        """eval.timeout_s, plus compile time per shape config the first time a fresh sandbox
-        compiles a task's reference with torch.compile (timed once, then cached there)."""
+        """eval.timeout_s (per configuration on a suite's task: the suite judges and times each one
+        on its own, robust-kbench 1000 samples a side), plus compile time per shape config the first
+        time a fresh sandbox compiles a task's reference with torch.compile (then cached there)."""
+        base = self.cfg.timeout_s * (max(1, len(task.shapes)) if getattr(task, "suite", None) else 1)
         proc = getattr(self.sandbox, "proc", None)
         if proc is None or proc.poll() is not None:      # a fresh sandbox remembers nothing
             self._compiled.clear()
         if not job["torch_compile"] or job["task_ref"] in self._compiled:
-            return self.cfg.timeout_s
+            return base
         self._compiled.add(job["task_ref"])
-        return self.cfg.timeout_s + self.cfg.compile_timeout_s * len(task.shapes)
+        return base + self.cfg.compile_timeout_s * len(task.shapes)
 
     def profile(self, cand: dict | Candidate, task_ref: str, shape: str | None = None) -> dict:
         """Nsight Compute facts of an elite (eval.ncu), on its task's largest shape unless named:

@@ -180,7 +180,8 @@ class Sandbox:
             if not ready:
                 self.kill()
                 return {"tier": TIER_RUNTIME_ERROR, "reason": f"timeout: no result after {timeout:.0f} s "
-                        "(the kernel hangs or is far too slow)", "recycled": True}
+                        "(the kernel hangs or is far too slow; eval.timeout_s raises the limit, "
+                        "eval.suite_time_budget_s shortens a suite task's timing)", "recycled": True}
             result = self.conn.recv()
         except (EOFError, ConnectionResetError, BrokenPipeError, OSError):
             try:
