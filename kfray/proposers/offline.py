@@ -22,12 +22,12 @@ import re
 import time
 
 from kfray.candidate import Candidate
-from kfray.eval.backends.torch_ext import is_modelnew
 from kfray.languages import family
 from kfray.proposers import cuda_edits, cuda_reductions, loop_edits
 from kfray.proposers.base import ProposalContext, Proposer
 from kfray.descriptors import describe
 from kfray.source import parse_params
+from kfray.tasks.suite_form import is_modelnew
 
 _COMMON = ("mutate_params", "switch_strategy", "recombine", "use_fma")
 _CPP_OPS = ("toggle_simd", "toggle_parallel", "add_parallel", "add_simd", "fast_exp")

@@ -6,12 +6,19 @@ written as, which the suite's own harness takes unchanged.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from kfray.tasks.base import Seed
 from kfray.tasks.suite_spec import KERNELBENCH, RKB, SuiteSpec
 
 LANGUAGE = "suite"
+_MODELNEW_RE = re.compile(r"^class\s+ModelNew\b|^ModelNew\s*=", re.M)
+
+
+def is_modelnew(source: str) -> bool:
+    """True for a KernelBench-form Python file: it defines `ModelNew`."""
+    return bool(_MODELNEW_RE.search(source))
 
 
 def modelnew_of_problem(problem_source: str) -> str:
@@ -102,8 +109,6 @@ def best_file(source: str, params: dict, spec: SuiteSpec, backend: str) -> tuple
     """(file suffix, text) of a best kernel as the suite takes it: a ModelNew file as it is, an
     extension with its tunables baked in as #defines ahead of the source, so that the file builds
     without kfray's -D flags."""
-    from kfray.eval.backends.torch_ext import is_modelnew
-
     if is_modelnew(source) or (spec.kind == KERNELBENCH and "torch/extension.h" not in source):
         return ".py", source
     defines = "".join(f"#define {k} {v}\n" for k, v in (params or {}).items())
