@@ -250,7 +250,8 @@ class TorchExtCpuBackend(Backend):
         if artifact.endswith(".py"):
             from kfray.tasks.package import import_file
 
-            os.environ["TORCH_EXTENSIONS_DIR"] = _writable_copy(artifact + ".ext")   # the compile step's build
+            os.environ["TORCH_EXTENSIONS_DIR"] = artifact + ".ext"      # the compile step's build
+            _load_prebuilt_extensions()
             if self._arch_list():
                 os.environ["TORCH_CUDA_ARCH_LIST"] = self._arch_list()
             cls = getattr(import_file(artifact, "ModelNew file"), "ModelNew", None)
@@ -305,9 +306,37 @@ class TorchExtCpuBackend(Backend):
         return {k: self.to_host(v) for k, v in task.device_reference(args, self.device).items()}
 
 
+def _load_prebuilt_extensions() -> None:
+    """torch's JIT build (load_inline, load) in the sandbox: an extension the compile step built
+    already (its library in its build folder) is imported as it is, with no ninja and no lock file.
+    Otherwise torch builds as usual, in a private copy of a folder it cannot write (isolation keeps
+    the compile cache read-only). A copy is never reused as it is: ninja's files name the folder
+    they were made in, so a copy rebuilds, which took an nvcc build's time inside the time limit."""
+    import inspect
+
+    from torch.utils import cpp_extension as ce
+
+    if getattr(ce._jit_compile, "kfray_prebuilt", False):
+        return
+    original = ce._jit_compile
+    signature = inspect.signature(original)
+
+    def jit_compile(*args, **kwargs):
+        call = signature.bind(*args, **kwargs)
+        a = call.arguments
+        name, folder = a["name"], a["build_directory"]
+        if not a.get("is_standalone") and os.path.isfile(os.path.join(folder, f"{name}.so")):
+            return ce._import_module_from_library(name, folder, a.get("is_python_module", True))
+        a["build_directory"] = _writable_copy(folder)
+        return original(*call.args, **call.kwargs)
+
+    jit_compile.kfray_prebuilt = True
+    ce._jit_compile = jit_compile
+
+
 def _writable_copy(ext_dir: str) -> str:
     """The build folder, or under isolation (a read-only compile cache) a private copy of it in the
-    sandbox's /tmp: torch's loader takes a lock file in the folder it loads from."""
+    sandbox's /tmp: torch's builder takes a lock file in the folder it builds in."""
     if not os.path.isdir(ext_dir) or os.access(ext_dir, os.W_OK):
         return ext_dir
     import shutil
