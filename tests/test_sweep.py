@@ -289,3 +289,21 @@ def test_a_task_that_runs_out_of_new_kernels_leaves_its_budget_to_the_others(ray
     assert per["fixed"] < 8, per                         # it had nothing more to evaluate
     assert per["vscale"] > 8, per                        # and its share went to vscale
     assert per["fixed"] + per["vscale"] <= 16, per       # never more than the suite's budget
+
+
+def test_a_sweep_of_suite_tasks_searches_in_the_suites_form_unless_told_otherwise(capsys):
+    """With no backend asked for, a sweep of robust-kbench or KernelBench tasks writes kernels the
+    suite's harness takes (its PyTorch-extension form); kfray's own tasks keep kfray's form."""
+    pytest.importorskip("torch")
+    from kfray.config import load_config
+    from kfray.sweep.cli import suite_form_default
+
+    cfg = load_config(None, [])
+    refs, skipped = plan(str(DATA / "rkb_form"), None, None, "cpp", offline=True)
+    assert suite_form_default(cfg, refs, skipped)
+    assert cfg.eval.backend == "torch_ext_cpu"                 # this machine has no GPU for PyTorch
+    assert "eval.backend=torch_ext_cpu" in capsys.readouterr().err
+    assert not suite_form_default(cfg, refs, skipped)          # asked once, nothing more to change
+    cfg = load_config(None, [])
+    packages, none_skipped = plan(str(DATA / "packages"), None, None, "cpp", offline=True)
+    assert not suite_form_default(cfg, packages, none_skipped) and cfg.eval.backend == "cpu"

@@ -61,6 +61,10 @@ def cmd_sweep(args) -> int:
     language = language_of(cfg.eval)
     refs, skipped = plan(args.suite, args.level, args.tasks, language, cfg.proposer.kind == "offline",
                          getattr(args, "rkb_mode", ""))
+    if not _names_key(args, "eval.backend") and suite_form_default(cfg, refs, skipped):
+        language = language_of(cfg.eval)
+        refs, skipped = plan(args.suite, args.level, args.tasks, language, cfg.proposer.kind == "offline",
+                             getattr(args, "rkb_mode", ""))
     for ref, why in skipped.items():
         print(f"kfray: skipping {ref}: {why}", file=sys.stderr)
     if not getattr(args, "include_flagged", False):
@@ -79,6 +83,35 @@ def cmd_sweep(args) -> int:
     print(markdown(sw["rows"], sw["suite"], f"kfray sweep: {args.suite}", sw["budget"]))
     print(f"run folder: {summary['run_dir']} (sweep.md, sweep_tasks.csv, sweep_fast_p.csv, summary.json)")
     return 0
+
+
+def suite_form_default(cfg, refs: list[str], skipped: dict[str, str]) -> bool:
+    """A sweep of a suite's tasks (KernelBench, robust-kbench), with no backend asked for, searches
+    in the suite's own form, so that its best kernels are files the suite's harness takes: on the
+    GPU PyTorch sees (torch_ext_cuda), else on the CPU (torch_ext_cpu). Returns whether it changed
+    eval.backend, and says so."""
+    from kfray.tasks import load_task
+
+    def suite_of(ref: str):
+        try:
+            return getattr(load_task(ref), "suite", None)
+        except KfrayError:            # skipped as it cannot load: it decides nothing
+            return None
+
+    loaded = [r for r in [*refs, *skipped] if r in refs or suite_of(r) is not None]
+    suite_tasks = bool(loaded) and all(suite_of(r) is not None for r in loaded)
+    if not suite_tasks or cfg.eval.backend.startswith("torch_ext"):
+        return False
+    try:
+        import torch
+
+        gpu = torch.cuda.is_available()
+    except ImportError:
+        gpu = False
+    cfg.eval.backend = "torch_ext_cuda" if gpu else "torch_ext_cpu"
+    print(f"kfray: suite tasks are searched in the suite's own form: eval.backend={cfg.eval.backend} "
+          "(--set eval.backend=cpu or cuda searches kfray's kf_forward form instead)", file=sys.stderr)
+    return True
 
 
 def _names_key(args, key: str) -> bool:
