@@ -147,13 +147,13 @@ def test_edited_kernels_are_correct_on_the_gpu(tmp_path):
         ev.shutdown()
 
 
-SUITE_EXT = (Path(__file__).parent / "data" / "suite_kernels" / "relu_ext.cu").read_text()
+SUITE_KERNELS = Path(__file__).parent / "data" / "suite_kernels"
+SUITE_EXT = (SUITE_KERNELS / "relu_ext.cu").read_text()
 
 
 def suite_ext_with_threads() -> str:
     """The suite-form ReLU extension with its block size in a host constant, as published kernels write it."""
-    return SUITE_EXT.replace("int64_t n = x.numel();", "int64_t n = x.numel();\n    const int threads = 256;").replace(
-        "(n + 255) / 256, 256,", "(n + threads - 1) / threads, threads,")
+    return (SUITE_KERNELS / "relu_ext_threads.cu").read_text()
 
 
 def test_block_size_makes_a_host_constant_block_a_tunable():

@@ -74,10 +74,7 @@ def test_block_size_edit_of_an_extension_written_as_its_best_file_is_correct(tmp
     from kfray.tasks import load_task
     from kfray.tasks.suite_form import best_file
 
-    src = (DATA / "suite_kernels" / "relu_ext.cu").read_text().replace(
-        "int64_t n = x.numel();", "int64_t n = x.numel();\n    const int threads = 256;").replace(
-        "(n + 255) / 256, 256,", "(n + threads - 1) / threads, threads,")
-    edited = block_size(src, random.Random(0))
+    edited = block_size((DATA / "suite_kernels" / "relu_ext_threads.cu").read_text(), random.Random(0))
     suffix, text = best_file(edited, {"KF_BLOCK_THREADS": 1024}, load_task(RELU).suite, "torch_ext_cuda")
     kernel = tmp_path / f"best{suffix}"
     kernel.write_text(text)

@@ -154,15 +154,20 @@ def folder_to_keep(path: str) -> str | None:
     hidden itself or holds a hidden folder: then the task's own folder."""
     hide = _hidden()
     path = os.path.realpath(path)
-    if not any(path == h or path.startswith(h.rstrip("/") + "/") for h in hide):
+    if not under(path, hide):
         return None
     folder = path if os.path.isdir(path) else os.path.dirname(path)
     parent = os.path.dirname(folder)
     return folder if _holds_hidden(parent, hide) else parent
 
 
+def under(path: str, roots) -> bool:
+    """Whether `path` is one of `roots` or inside one."""
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
 def _holds_hidden(path: str, hide: list[str]) -> bool:
-    return any(h == path or h.startswith(path.rstrip("/") + "/") for h in hide)
+    return any(under(h, [path]) for h in hide)
 
 
 _SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH", re.I)

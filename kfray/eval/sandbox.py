@@ -212,7 +212,7 @@ class Sandbox:
         path, ref = _task_path(job["task_ref"])
         if path is None:
             return job
-        if self.isolated and not any(path == k or path.startswith(k + "/") for k in self.keep):
+        if self.isolated and not isolation.under(path, self.keep):
             folder = isolation.folder_to_keep(path)
             if folder is not None:
                 self.keep.append(folder)

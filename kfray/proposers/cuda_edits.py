@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 
-from kfray.proposers.cuda_kernels import (add_param, ensure_include, is_static, kernels, launches,
+from kfray.proposers.cuda_kernels import (add_param, ensure_include, kernels, launches,
                                           pointer_params, static_block)
 from kfray.proposers.loop_edits import loops
 
@@ -207,8 +207,8 @@ def pad_shared(src: str, rng) -> str | None:
     return src[:a] + f"{m.group(3).strip()} + 1" + src[b:]
 
 
-_BLOCK_CONST = (r"^(?P<lead>[ \t]*(?:static\s+)?(?:const\s+|constexpr\s+)*(?:int|unsigned|size_t|int64_t)\s+{name}"
-                r"\s*=\s*)(?P<val>\d+)\s*;", r"^[ \t]*#[ \t]*define[ \t]+{name}[ \t]+\(?(?P<val>\d+)\)?[ \t]*(?://.*)?$")
+_BLOCK_CONST = (r"^[ \t]*(?:static\s+)?(?:const\s+|constexpr\s+)*(?:int|unsigned|size_t|int64_t)\s+{name}"
+                r"\s*=\s*(?P<val>\d+)\s*;", r"^[ \t]*#[ \t]*define[ \t]+{name}[ \t]+\(?(?P<val>\d+)\)?[ \t]*(?://.*)?$")
 
 
 def block_size(src: str, rng) -> str | None:

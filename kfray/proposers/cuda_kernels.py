@@ -93,7 +93,3 @@ def add_param(src: str, name: str, values: list, first) -> str:
 
 def ensure_include(src: str, header: str) -> str:
     return src if f"<{header}>" in src else f"#include <{header}>\n" + src
-
-
-def is_static(expr: str) -> bool:
-    return bool(_STATIC.match(expr.strip()))

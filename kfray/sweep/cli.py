@@ -92,15 +92,14 @@ def suite_form_default(cfg, refs: list[str], skipped: dict[str, str]) -> bool:
     eval.backend, and says so."""
     from kfray.tasks import load_task
 
-    def suite_of(ref: str):
+    def is_suite(ref: str) -> bool:
         try:
-            return getattr(load_task(ref), "suite", None)
+            return getattr(load_task(ref), "suite", None) is not None
         except KfrayError:            # skipped as it cannot load: it decides nothing
-            return None
+            return False
 
-    loaded = [r for r in [*refs, *skipped] if r in refs or suite_of(r) is not None]
-    suite_tasks = bool(loaded) and all(suite_of(r) is not None for r in loaded)
-    if not suite_tasks or cfg.eval.backend.startswith("torch_ext"):
+    if cfg.eval.backend.startswith("torch_ext") or not all(map(is_suite, refs)) \
+            or not any(map(is_suite, [*refs, *skipped])):
         return False
     try:
         import torch

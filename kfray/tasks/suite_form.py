@@ -14,11 +14,17 @@ from kfray.tasks.suite_spec import KERNELBENCH, RKB, SuiteSpec
 
 LANGUAGE = "suite"
 _MODELNEW_RE = re.compile(r"^class\s+ModelNew\b|^ModelNew\s*=", re.M)
+_EXTENSION_RE = re.compile(r'^\s*#\s*include\s*[<"]torch/extension\.h[>"]', re.M)
 
 
 def is_modelnew(source: str) -> bool:
     """True for a KernelBench-form Python file: it defines `ModelNew`."""
     return bool(_MODELNEW_RE.search(source))
+
+
+def is_torch_extension(source: str) -> bool:
+    """True for a source in the PyTorch-extension form (it includes torch/extension.h)."""
+    return bool(_EXTENSION_RE.search(source))
 
 
 def modelnew_of_problem(problem_source: str) -> str:
@@ -109,7 +115,7 @@ def best_file(source: str, params: dict, spec: SuiteSpec, backend: str) -> tuple
     """(file suffix, text) of a best kernel as the suite takes it: a ModelNew file as it is, an
     extension with its tunables baked in as #defines ahead of the source, so that the file builds
     without kfray's -D flags."""
-    if is_modelnew(source) or (spec.kind == KERNELBENCH and "torch/extension.h" not in source):
+    if is_modelnew(source) or (spec.kind == KERNELBENCH and not is_torch_extension(source)):
         return ".py", source
     defines = "".join(f"#define {k} {v}\n" for k, v in (params or {}).items())
     return (".cu" if "cuda" in backend else ".cpp"), defines + source

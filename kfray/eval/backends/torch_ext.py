@@ -36,13 +36,12 @@ from kfray.errors import BackendError
 from kfray.eval.backends.base import Backend, Build, CompileError
 from kfray.eval.compile_cache import CompileCache, run_compiler
 from kfray.source import define_flags
-from kfray.tasks.suite_form import is_modelnew
+from kfray.tasks.suite_form import is_modelnew, is_torch_extension
 
 LANGUAGE = "torch_ext"
 MODELNEW = "modelnew"             # a KernelBench ModelNew file (Python, usually load_inline)
 MIN_COMPILE_TIMEOUT_S = 300.0     # torch/extension.h alone takes 10-90 s to compile
 
-_INCLUDE_RE = re.compile(r'^\s*#\s*include\s*[<"]torch/extension\.h[>"]', re.M)
 _MODELNEW_CUDA_RE = re.compile(r"cuda_sources|__global__|\.cuda\(|device\s*=\s*['\"]cuda|triton")
 # Imports a ModelNew file once, outside the sandbox's time limit, so that the load_inline builds it
 # runs land in a build folder of the compile cache; the sandbox imports it again from there.
@@ -60,11 +59,6 @@ if not isinstance(getattr(mod, "ModelNew", None), type):
 shutil.copyfile(src, out)
 """
 _CUDA_RE = re.compile(r"__global__|<<<|#\s*include\s*[<\"](cuda|ATen/cuda|c10/cuda)")
-
-
-def is_torch_extension(source: str) -> bool:
-    """True for a source in the PyTorch-extension form (it includes torch/extension.h)."""
-    return bool(_INCLUDE_RE.search(source))
 
 
 def language_of(source: str, filename: str = "") -> str:
