@@ -113,6 +113,9 @@ def _cmd_doctor(args) -> int:
 
     line, ok = describe(load_config(args.config, args.set or []).eval.isolation)
     rows.append(("isolation", line, ok))
+    from kfray.tasks.suite_form import suite_backend_note
+
+    rows.append(("suites", suite_backend_note(), True))
     if args.llm:
         from kfray.proposers.preflight import llm_doctor
 
@@ -124,6 +127,8 @@ def _cmd_doctor(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from kfray.sweep import add_sweep_args, add_tasks_args, add_verbose_arg, cmd_sweep, cmd_tasks
+
     p = argparse.ArgumentParser(prog="kfray", description="Island-model MAP-Elites search for fast kernels, on Ray.")
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run a search (no CONFIG: built-in tasks, CPU backend, offline proposer)")
@@ -133,12 +138,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--address", help="Ray cluster address (auto, ray://host:port); default: start locally")
     r.add_argument("--task", action="append", help="task to search (repeatable); overrides the config's tasks")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_verbose_arg(r)
     r.set_defaults(fn=_cmd_run)
     rs = sub.add_parser("resume", help="continue a stopped run from its database (nothing is evaluated twice)")
     rs.add_argument("run_dir")
     rs.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_verbose_arg(rs)
     rs.set_defaults(fn=_cmd_resume)
-    from kfray.sweep import add_sweep_args, add_tasks_args, cmd_sweep, cmd_tasks
     t = sub.add_parser("tasks", help="list the tasks kfray can load (built-ins, a suite, a folder), with why any cannot load")
     add_tasks_args(t)
     t.set_defaults(fn=cmd_tasks)
@@ -161,8 +167,11 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("task", help="task reference, e.g. kernelbench:FILE.py or rkb:DIR")
     v.add_argument("kernel", help="kernel file: a PyTorch extension or a kf_forward kernel")
     v.add_argument("--backend", choices=["cpu", "cuda", "torch_ext_cpu", "torch_ext_cuda"],
-                   help="default: from the file (torch/extension.h included: torch_ext_*; .cu or CUDA code: cuda)")
+                   help="default: a suite's form (ModelNew .py, torch/extension.h included) runs on "
+                        "torch_ext_cuda where PyTorch sees a GPU, else torch_ext_cpu (CUDA code: torch_ext_cuda); "
+                        "a kf_forward kernel on cuda for .cu or CUDA code, else cpu (kfray doctor shows the choice)")
     v.add_argument("--set", action="append", metavar="KEY=VALUE", help="an eval setting, e.g. eval.repeats=20")
+    add_verbose_arg(v)
     v.set_defaults(fn=_cmd_verify)
     d = sub.add_parser("doctor", help="check compilers, packages, whether generated code can be isolated "
                                       "(--llm: the LLM endpoint too)")
@@ -209,6 +218,10 @@ def _error(e: KfrayError) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "verbose", False):
+        from kfray.cluster import set_verbose
+
+        set_verbose(True)
     try:
         return args.fn(args)
     except KeyboardInterrupt:

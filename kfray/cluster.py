@@ -45,12 +45,51 @@ def probe_address(address: str, timeout: float = 3.0) -> None:
                          "on this machine") from None
 
 
+_verbose = os.environ.get("KFRAY_VERBOSE", "") not in ("", "0")
+# Ray's own lines that say nothing a kfray user acts on: the raylet's notice that it started more
+# worker processes than CPUs (kfray's islands and evaluators are many small actors by design).
+_RAY_NOISE = ("worker processes have been started", "workers have been started")
+
+
+def set_verbose(on: bool = True) -> None:
+    """Show Ray's own start-up lines and worker warnings (`--verbose`); off: kfray's lines only."""
+    global _verbose
+    _verbose = bool(on)
+
+
+def _quiet_ray() -> None:
+    """Keep Ray's start-up notices (token authentication, dashboard, deprecations) and its
+    worker-pool warnings out of the terminal: its logger shows errors only, and the driver's
+    listener for raylet messages drops the worker-pool ones (errors still come through)."""
+    import logging
+
+    logging.getLogger("ray").setLevel(logging.ERROR)
+    try:
+        from ray._private import worker as ray_worker
+    except ImportError:
+        return
+    show = ray_worker.print_to_stdstream
+    if getattr(show, "_kfray_quiet", False):
+        return
+
+    def print_to_stdstream(data, ignore_prefix: bool, **kw):
+        lines = [ln for ln in data.get("lines", []) if not any(n in str(ln) for n in _RAY_NOISE)]
+        if data.get("lines") and not lines:
+            return
+        return show({**data, "lines": lines}, ignore_prefix, **kw)
+
+    print_to_stdstream._kfray_quiet = True
+    ray_worker.print_to_stdstream = print_to_stdstream
+
+
 def connect(address: str = "", num_cpus: int | None = None) -> None:
     import ray
 
     if ray.is_initialized():
         return
-    kwargs = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
+    if not _verbose:
+        _quiet_ray()
+    kwargs = dict(include_dashboard=False, log_to_driver=False, configure_logging=_verbose)
     address = address or os.environ.get("RAY_ADDRESS", "")   # set by `ray job submit` for its jobs
     if address:
         probe_address(address)

@@ -1,9 +1,11 @@
 """`kfray verify TASK KERNEL`: check and time one kernel file as it is, without a search.
 
-Made for the kernels a suite publishes (KernelBench, robust-kbench): the file's form picks the
-backend (kfray.eval.backends.torch_ext.backend_for): a KernelBench `ModelNew` file (`.py`), a
-PyTorch extension (`.cpp` / `.cu` that includes torch/extension.h, binding `forward`, or
-`backward` for a robust-kbench backward task) or a kf_forward kernel (`.cpp` / `.cu`). The kernel
+Made for the kernels a suite publishes (KernelBench, robust-kbench): a file in a suite's form, a
+KernelBench `ModelNew` file (`.py`: CUDA sources, Triton or plain PyTorch) or a PyTorch extension
+(`.cpp` / `.cu` that includes torch/extension.h, binding `forward`, or `backward` for a
+robust-kbench backward task), runs on the GPU wherever PyTorch sees one (torch_ext_cuda), else on
+the CPU (kfray.tasks.suite_form.suite_backend); a kf_forward kernel (`.cpp` / `.cu`) by its code
+(kfray.eval.backends.torch_ext.backend_for). `--backend` overrides both. The kernel
 runs in the sandbox like any candidate; on a suite's task the verdict is the suite's, with kfray's
 defences on top (kfray/eval/suite/). The result is printed, not stored.
 """
@@ -23,13 +25,14 @@ def verify(task_ref: str, kernel: str, backend: str | None = None, overrides: li
     from kfray.eval.backends.torch_ext import backend_for, language_of
     from kfray.eval.evaluator import Evaluator
     from kfray.tasks import load_task
+    from kfray.tasks.suite_form import suite_backend, torch_gpu
 
     path = Path(kernel)
     if not path.is_file():
         raise KfrayError(f"{kernel}: no such kernel file")
     source = path.read_text(errors="replace")
     task = load_task(task_ref)                       # a task that cannot load fails here, in one line
-    name = backend or backend_for(source, path.name)
+    name = backend or suite_backend(source, path.name, bool(torch_gpu())) or backend_for(source, path.name)
     language = language_of(source, path.name)
     if language == "cpp" and "cuda" in name:
         language = "cuda"

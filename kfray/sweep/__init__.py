@@ -12,14 +12,14 @@ written as CSV, Markdown and JSON into the run folder with what the shared budge
 """
 from __future__ import annotations
 
-from kfray.sweep.cli import add_sweep_args, add_tasks_args, cmd_sweep, cmd_tasks, main, reason_key
+from kfray.sweep.cli import add_sweep_args, add_tasks_args, add_verbose_arg, cmd_sweep, cmd_tasks, main, reason_key
 from kfray.sweep.metrics import (PS, add_compile_baseline, budget_report, fast_p, geomean_speedup, suite_summary,
                                  task_rows)
 from kfray.sweep.plan import flags_of, islands_per_task, plan, select, split_flagged
 from kfray.sweep.run import run_sweep
 from kfray.sweep.tables import markdown, write_csv, write_results
 
-__all__ = ["PS", "add_compile_baseline", "add_sweep_args", "add_tasks_args", "budget_report", "cmd_sweep",
+__all__ = ["PS", "add_compile_baseline", "add_sweep_args", "add_tasks_args", "add_verbose_arg", "budget_report", "cmd_sweep",
            "cmd_tasks", "fast_p", "flags_of", "geomean_speedup", "islands_per_task", "main", "markdown", "plan",
            "reason_key", "run_sweep", "select", "split_flagged", "suite_summary", "task_rows", "write_csv",
            "write_results"]

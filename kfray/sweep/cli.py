@@ -35,6 +35,13 @@ def add_sweep_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--run-dir", help="output folder (default runs/<timestamp>)")
     p.add_argument("--address", help="Ray cluster address (auto, ray://host:port); default: start locally")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_verbose_arg(p)
+    return p
+
+
+def add_verbose_arg(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p.add_argument("--verbose", action="store_true",
+                   help="also show Ray's own lines (start-up notices, worker-pool warnings), kept out by default")
     return p
 
 
@@ -65,6 +72,7 @@ def cmd_sweep(args) -> int:
         language = language_of(cfg.eval)
         refs, skipped = plan(args.suite, args.level, args.tasks, language, cfg.proposer.kind == "offline",
                              getattr(args, "rkb_mode", ""))
+    gpu_evaluators_default(cfg, _names_key(args, "eval.evaluators"))
     for ref, why in skipped.items():
         print(f"kfray: skipping {ref}: {why}", file=sys.stderr)
     if not getattr(args, "include_flagged", False):
@@ -101,15 +109,21 @@ def suite_form_default(cfg, refs: list[str], skipped: dict[str, str]) -> bool:
     if cfg.eval.backend.startswith("torch_ext") or not all(map(is_suite, refs)) \
             or not any(map(is_suite, [*refs, *skipped])):
         return False
-    try:
-        import torch
+    from kfray.tasks.suite_form import torch_gpu
 
-        gpu = torch.cuda.is_available()
-    except ImportError:
-        gpu = False
-    cfg.eval.backend = "torch_ext_cuda" if gpu else "torch_ext_cpu"
+    cfg.eval.backend = "torch_ext_cuda" if torch_gpu() else "torch_ext_cpu"
     print(f"kfray: suite tasks are searched in the suite's own form: eval.backend={cfg.eval.backend} "
           "(--set eval.backend=cpu or cuda searches kfray's kf_forward form instead)", file=sys.stderr)
+    return True
+
+
+def gpu_evaluators_default(cfg, user_set: bool) -> bool:
+    """A sweep on GPUs (cuda, torch_ext_cuda) runs one evaluator per GPU of the cluster
+    (eval.evaluators=0) unless the user set eval.evaluators: the default of 2 is the CPU's, and a
+    one-GPU machine could not start them (a config with hardware classes sizes its own). Returns whether it changed eval.evaluators."""
+    if user_set or cfg.hardware or cfg.eval.backend not in ("cuda", "torch_ext_cuda") or cfg.eval.evaluators == 0:
+        return False
+    cfg.eval.evaluators = 0
     return True
 
 
@@ -208,6 +222,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m kfray.sweep", description=__doc__.splitlines()[0])
     add_sweep_args(p)
     args = p.parse_args(argv)
+    if args.verbose:
+        from kfray.cluster import set_verbose
+
+        set_verbose(True)
     try:
         return cmd_sweep(args)
     except KfrayError as e:

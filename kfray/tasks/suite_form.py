@@ -27,6 +27,49 @@ def is_torch_extension(source: str) -> bool:
     return bool(_EXTENSION_RE.search(source))
 
 
+_CUDA_CODE_RE = re.compile(r"__global__|<<<|#\s*include\s*[<\"](cuda|ATen/cuda|c10/cuda)|cuda_sources|\.cuda\(|"
+                           r"device\s*=\s*['\"]cuda|\btriton\b")
+
+
+def suite_backend(source: str, filename: str = "", gpu_available: bool = False) -> str | None:
+    """The backend that runs a kernel file in a suite's form (a KernelBench ModelNew `.py`, whatever
+    it holds: CUDA sources, Triton or plain PyTorch; a PyTorch extension `.cpp` / `.cu`) on a
+    machine where PyTorch does or does not see a GPU: torch_ext_cuda wherever there is one, as the
+    suites run on the GPU; without one torch_ext_cpu, unless the file holds CUDA code (it needs a
+    GPU, and torch_ext_cuda says so). None for a file in no suite's form (a kf_forward kernel)."""
+    if not (filename.endswith(".py") or is_modelnew(source) or is_torch_extension(source)):
+        return None
+    if gpu_available:
+        return "torch_ext_cuda"
+    cuda = filename.endswith((".cu", ".cuh")) or bool(_CUDA_CODE_RE.search(source))
+    return "torch_ext_cuda" if cuda else "torch_ext_cpu"
+
+
+def torch_gpu() -> str:
+    """The name of the GPU PyTorch sees ('' for none, or no PyTorch)."""
+    try:
+        import torch
+
+        return torch.cuda.get_device_name(0) if torch.cuda.is_available() else ""
+    except Exception:
+        return ""
+
+
+def suite_backend_note(gpu: str | None = None) -> str:
+    """Which backend kernel files in a suite's form run on here, and why (for `kfray doctor`)."""
+    gpu = torch_gpu() if gpu is None else gpu
+    what = "suite-form kernels (ModelNew .py, PyTorch extensions) and suite sweeps run on"
+    if gpu:
+        return (f"{what} torch_ext_cuda: PyTorch sees a GPU ({gpu}); sweeps run one evaluator per GPU "
+                "(--backend or eval.backend picks another)")
+    try:
+        import torch   # noqa: F401
+        why = "PyTorch sees no GPU"
+    except ImportError:
+        why = "PyTorch is not installed (pip install torch)"
+    return f"{what} torch_ext_cpu: {why} (files with CUDA code need torch_ext_cuda and a GPU)"
+
+
 def modelnew_of_problem(problem_source: str) -> str:
     """A ModelNew file that is the problem's own Model (the reference operator): correct by
     construction, the baseline a KernelBench search improves on."""
