@@ -56,6 +56,29 @@ def _maps(pid: int, folder: Path) -> bool:
         return False
 
 
+def _descendants(pid: int) -> list[int]:
+    """The process's children, their children, and so on (the judge's zygote and runners)."""
+    kids: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            kids.setdefault(ppid, []).append(int(d.name))
+    out, todo = [], [pid]
+    while todo:
+        for k in kids.get(todo.pop(), []):
+            out.append(k)
+            todo.append(k)
+    return out
+
+
+def _runner_of(worker: int, cache: Path) -> int | None:
+    """The process under the sandbox worker that loaded a library from the compile cache."""
+    return next((p for p in _descendants(worker) if _maps(p, cache)), None)
+
+
 def test_a_hung_kernel_dies_with_its_evaluator(tmp_path):
     cache = tmp_path / "cache"
     script = tmp_path / "evaluator.py"
@@ -71,23 +94,27 @@ def test_a_hung_kernel_dies_with_its_evaluator(tmp_path):
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
     try:
         worker = int(proc.stdout.readline())
-        # The kernel really hangs in the sandbox: the worker loaded the built library from the cache...
+        # The kernel really hangs in the sandbox: its runner (under the judge, never the judge
+        # itself) loaded the built library from the cache...
         deadline = time.time() + 60
-        while not _maps(worker, cache) and proc.poll() is None and time.time() < deadline:
+        while _runner_of(worker, cache) is None and proc.poll() is None and time.time() < deadline:
             time.sleep(0.2)
-        assert _maps(worker, cache), f"the sandbox never loaded the kernel (evaluator exit code {proc.poll()})"
+        runner = _runner_of(worker, cache)
+        assert runner is not None, f"the sandbox never loaded the kernel (evaluator exit code {proc.poll()})"
+        assert not _maps(worker, cache), "the judge loaded the candidate's library itself"
         # ...and spins in it, burning CPU, while the evaluation does not come back (not even the timeout).
-        cpu0, t0 = _cpu_seconds(worker), time.time()
+        cpu0, t0 = _cpu_seconds(runner), time.time()
         time.sleep(3)
-        spun, waited = _cpu_seconds(worker) - cpu0, time.time() - t0
-        assert spun > 0.1 * waited, f"the worker used {spun:.2f} s of CPU in {waited:.1f} s: it is not spinning"
-        assert proc.poll() is None and _alive(worker), "the evaluation ended: the kernel did not hang"
+        spun, waited = _cpu_seconds(runner) - cpu0, time.time() - t0
+        assert spun > 0.1 * waited, f"the runner used {spun:.2f} s of CPU in {waited:.1f} s: it is not spinning"
+        assert proc.poll() is None and _alive(runner), "the evaluation ended: the kernel did not hang"
+        family = [worker] + _descendants(worker)
         proc.kill()                           # the evaluator dies without a word to its worker
         proc.wait(10)
         assert "returned" not in proc.stdout.read(), "the evaluation came back: the kernel did not hang"
         deadline = time.time() + 15
-        while _alive(worker) and time.time() < deadline:
+        while any(_alive(p) for p in family) and time.time() < deadline:
             time.sleep(0.2)
-        assert not _alive(worker), "the sandbox worker outlived its evaluator"
+        assert not any(_alive(p) for p in family), "the sandbox's judge or the kernel's runner outlived its evaluator"
     finally:
         proc.kill()

@@ -38,6 +38,8 @@ import numpy as np
 from kfray.candidate import TIER_CORRECT, TIER_RUNTIME_ERROR
 from kfray.eval.closeness import MIN_COSINE, MIN_FRACTION_CLOSE, compare, tolerance
 from kfray.eval.correctness import check_all, check_correctness, check_once, finite_poison
+from kfray.eval.defences import clock_check, review_flag
+from kfray.eval.remote import claimed_times, paused
 from kfray.eval.roofline import roofline_flags
 from kfray.eval.timed_runs import Spots, rotation, time_fn, verify_timed_sets
 from kfray.eval.torch_compile import compile_facts, compiled_reference_time
@@ -69,7 +71,7 @@ def run_job(backend, fn: Callable, task, job: dict) -> dict:
         return _fail(tier, reason, stages, **extra)
 
     t0 = time.perf_counter()
-    timings, compiled = Timings(), {}
+    timings, compiled, faked = Timings(), {}, []
     cache_bytes = job.get("cache_bytes", 32 << 20)
     for shape in task.shapes:
         n_sets = rotation(task, shape, cache_bytes)
@@ -83,9 +85,16 @@ def run_job(backend, fn: Callable, task, job: dict) -> dict:
             if rc != 0:
                 codes.append(rc)
 
+        log = claimed_times(fn)
         ts = time_fn(backend, call, n_sets, job["warmup"], job["repeats"], job["max_repeats"], job["min_time"],
                      before=spots.poison, after=spots.read)
         backend.synchronize()
+        if log is not None:            # the candidate's own times, held against the judge's clock
+            pairs = log[-len(ts):]
+            why = clock_check(pairs, fn.runner.round_trip)
+            if why:
+                faked.append(f"shape {shape}: {why}")
+            ts = [c for _, c in pairs]
         if codes:
             return _fail(TIER_RUNTIME_ERROR, f"kf_forward returned {codes[0]} during the timed runs on shape {shape}",
                          stages)
@@ -94,8 +103,9 @@ def run_job(backend, fn: Callable, task, job: dict) -> dict:
             return _fail(*bad, stages)
         key = (task.ref, shape, backend.name)
         if key not in _REF_TIMES:
-            rts = time_fn(backend, lambda i: backend.reference(task, sets[i]), n_sets, 1, job["repeats"],
-                          max(job["repeats"], job["max_repeats"] // 2), job["min_time"])
+            with paused(fn):           # nothing of the candidate's runs while its reference is timed
+                rts = time_fn(backend, lambda i: backend.reference(task, sets[i]), n_sets, 1, job["repeats"],
+                              max(job["repeats"], job["max_repeats"] // 2), job["min_time"])
             _REF_TIMES[key] = float(np.median(rts))
         timings.add(task, shape, ts, n_sets, _REF_TIMES[key], spot_checked=spots.calls)
         if job.get("torch_compile"):     # the second baseline (kfray/eval/torch_compile.py)
@@ -119,7 +129,7 @@ def run_job(backend, fn: Callable, task, job: dict) -> dict:
     extra: dict[str, Any] = {}
     if compiled:
         extra["torch_compile"] = compile_facts(compiled)
-    return correct_result(backend, task, job, timings, stages, extra)
+    return correct_result(backend, task, job, timings, stages, extra, faked)
 
 
 @dataclass
@@ -144,12 +154,17 @@ class Timings:
 
 
 def correct_result(backend, task, job: dict, timings: Timings, stages: dict,
-                   extra_facts: dict | None = None) -> dict:
-    """The result of a kernel that passed every check. Its timing is checked against the roofline
-    last: one faster than the hardware allows is kept but flagged, and its speedup not trusted."""
+                   extra_facts: dict | None = None, faked: list[str] = ()) -> dict:
+    """The result of a kernel that passed every check. Its timing is checked against the judge's
+    own clock and the roofline last: a time the judge's clock cannot account for, or one faster
+    than the hardware allows, is kept but flagged, and its speedup not trusted."""
     t = timings
     flags, roof = roofline_flags(backend, task, job, t.facts, t.rotated)
+    flags = list(faked) + list(flags)
     out_facts: dict[str, Any] = {"per_shape": t.facts, "roofline": roof, **(extra_facts or {})}
+    review = review_flag(t.times, t.ref_times)
+    if review and not flags:
+        out_facts["review"] = review
     reason = ""
     if flags:
         out_facts["flags"] = flags

@@ -1,10 +1,17 @@
-"""The sandbox: a child process where generated code runs, with a timeout and resource limits.
+"""The sandbox: the judge process and, under it, one fresh runner process per candidate.
 
-A kernel that crashes, hangs or poisons its device context kills only this process; the parent
-(the evaluator actor) reports one failed evaluation and starts a fresh worker for the next one.
-With `eval.isolation` on (kfray.eval.isolation), the worker also runs in its own user, mount,
-network, IPC and PID namespaces: no network, the home folders and /tmp hidden, the rest read-only;
-as its PID namespace's init it kills whatever a kernel left running once each job is done.
+The judge (this module's worker) makes the inputs, runs and times the reference, and compares
+outputs; it never loads a candidate. The candidate is loaded in a runner forked for it from a
+clean zygote (kfray.eval.spawner): it works on buffers the judge shares with it and answers over a
+data-only wire (kfray.eval.wire). The judge answers the evaluator over the same kind of wire, so
+nothing that comes out of the sandbox is ever unpickled. A kernel that crashes or hangs ends its
+runner; the judge reports one failed evaluation. Backends whose candidates cannot run apart yet
+(`Backend.split` False: SYCL) load them in the judge, which is then recycled after every
+candidate (kfray.eval.defences lists which defences each path has).
+With `eval.isolation` on (kfray.eval.isolation), judge and runners also run in their own user,
+mount, network, IPC and PID namespaces: no network, the home folders and /tmp hidden, the rest
+read-only; as its PID namespace's init the judge kills whatever a kernel left running once each
+job is done.
 """
 from __future__ import annotations
 
@@ -16,10 +23,9 @@ import subprocess
 import sys
 import time
 import traceback
-from multiprocessing.connection import Connection
 
 from kfray.candidate import TIER_RUNTIME_ERROR
-from kfray.eval import isolation
+from kfray.eval import isolation, wire
 from kfray.eval.compile_cache import default_root
 from kfray.eval.fastcheck import ensure_built
 from kfray.eval.isolation import scrubbed_env  # noqa: F401  (kfray.eval.sandbox.scrubbed_env, as before)
@@ -52,14 +58,21 @@ def _die_with_parent() -> None:
     threading.Thread(target=watch, daemon=True, name="kfray-parent-watch").start()
 
 
-def _end_strays() -> None:
+def _end_strays(spare: int = 0) -> None:
     """As the init of the sandbox's PID namespace: kill every other process in it (a kernel's
-    forked helpers) and reap them, so nothing a kernel started outlives its evaluation."""
+    runner and whatever it forked) but the zygote `spare`, so nothing a kernel started outlives
+    its evaluation."""
     if os.getpid() != 1:
         return
-    try:
-        os.kill(-1, signal.SIGKILL)
-    except ProcessLookupError:
+    killed = False
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) not in (1, spare):
+            try:
+                os.kill(int(name), signal.SIGKILL)
+                killed = True
+            except (ProcessLookupError, PermissionError):
+                pass
+    if not killed:
         return
     deadline = time.monotonic() + 2.0
     while time.monotonic() < deadline:
@@ -71,35 +84,76 @@ def _end_strays() -> None:
             time.sleep(0.001)
 
 
-def _worker_main(conn, backend_name: str, cfg, memory_mb: int) -> None:
-    """Worker loop: load the kernel, run correctness and timing, send back a plain dict."""
+def _worker_main(sock: socket.socket, backend_name: str, cfg, memory_mb: int) -> None:
+    """The judge's loop: per job, a fresh runner for the candidate, the checks and timing here."""
+    from kfray.eval.spawner import Spawner, not_dumpable
+
+    spawner = None
+    torch_form = backend_name.startswith("torch_ext")
+    if _splits(backend_name):        # before any device, OpenMP pool or thread exists in this process
+        spawner = Spawner(["numpy", "torch"] if torch_form else ["numpy"], memory_mb)
+    not_dumpable()
     _limit_resources(memory_mb)
     _die_with_parent()
     from kfray.eval.backends.base import get_backend
+    from kfray.eval.shared import Arena
     from kfray.tasks import load_task
 
     backend = get_backend(backend_name, cfg)
     backend.open_device()
-    conn.send({"ready": True})
+    arena = Arena()
+    wire.send(sock, {"ready": True})
     while True:
         try:
-            job = conn.recv()
-        except EOFError:
+            job = wire.recv(sock)
+        except (EOFError, OSError, wire.WireError):
             return
-        if job is None:
+        if job.get("op") == "exit":
             return
+        result = _run_one(backend, spawner, arena, job, load_task)
+        _end_strays(spawner.pid if spawner else 0)
         try:
-            task = load_task(job["task_ref"])
+            wire.send(sock, result)
+        except (TypeError, ValueError, wire.WireError) as e:
+            wire.send(sock, {"tier": TIER_RUNTIME_ERROR, "reason": f"the judge's result could not be sent ({e})"})
+
+
+def _splits(backend_name: str) -> bool:
+    from kfray.eval.backends.base import backend_class
+
+    return bool(getattr(backend_class(backend_name), "split", False))
+
+
+def _run_one(backend, spawner, arena, job: dict, load_task) -> dict:
+    """One candidate: loaded in its own runner (or, for a backend that cannot split, here, after
+    which this judge is recycled), then checked and timed."""
+    from kfray.eval.remote import RemoteRunner, RunnerFailed
+
+    runner = None
+    try:
+        task = load_task(job["task_ref"])
+        if spawner is not None:
+            runner = RemoteRunner(spawner, deadline_s=float(job.get("call_deadline_s", 600.0)))
+            fn = backend.load_remote(runner, arena, job["artifact"], task)
+        else:
             fn = backend.load(job["artifact"], task)
-            result = backend.run_job(fn, task, job)
-        except MemoryError:
-            result = {"tier": TIER_RUNTIME_ERROR, "reason": "out of memory in the sandbox", "recycle": True}
-        except Exception as e:  # the kernel's failure, reported as one evaluation
-            sticky = backend.check_sticky_error()
-            result = {"tier": TIER_RUNTIME_ERROR, "recycle": bool(sticky),
-                      "reason": sticky or f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=2)[-800:]}"}
-        _end_strays()
-        conn.send(result)
+        result = backend.run_job(fn, task, job)
+        if runner is not None:
+            result.setdefault("facts", {})["runner_round_trip_us"] = round(runner.round_trip[0] * 1e6, 1)
+        elif spawner is None:
+            result["recycle"] = True          # candidate code ran in this judge: none of it stays
+    except RunnerFailed as e:
+        result = {"tier": TIER_RUNTIME_ERROR, "reason": str(e)}
+    except MemoryError:
+        result = {"tier": TIER_RUNTIME_ERROR, "reason": "out of memory in the sandbox", "recycle": True}
+    except Exception as e:  # the kernel's failure, reported as one evaluation
+        sticky = backend.check_sticky_error()
+        result = {"tier": TIER_RUNTIME_ERROR, "recycle": bool(sticky) or spawner is None,
+                  "reason": sticky or f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=2)[-800:]}"}
+    finally:
+        if runner is not None:
+            runner.close()
+    return result
 
 
 class Sandbox:
@@ -133,10 +187,14 @@ class Sandbox:
             cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             pass_fds=[child.fileno()], env=env, start_new_session=True)
         child.close()
-        self.proc.stdin.write(pickle.dumps((self.backend_name, self.cfg, memory_mb)))
+        self.proc.stdin.write(pickle.dumps((self.backend_name, self.cfg, memory_mb)))   # ours, to it
         self.proc.stdin.close()
-        self.conn = Connection(parent.detach())
-        if not self.conn.poll(120) or not self.conn.recv().get("ready"):
+        self.conn = parent
+        try:
+            ok = wire.recv(self.conn, timeout=120, max_bytes=1024).get("ready") is True
+        except (OSError, EOFError, TimeoutError, wire.WireError):
+            ok = False
+        if not ok:
             self.kill()
             raise RuntimeError("sandbox worker did not start")
 
@@ -174,15 +232,18 @@ class Sandbox:
             self.kill()
             self._start()
         t0 = time.perf_counter()
-        self.conn.send(job)
         try:
-            ready = self.conn.poll(timeout)
-            if not ready:
-                self.kill()
-                return {"tier": TIER_RUNTIME_ERROR, "reason": f"timeout: no result after {timeout:.0f} s "
-                        "(the kernel hangs or is far too slow; eval.timeout_s raises the limit, "
-                        "eval.suite_time_budget_s shortens a suite task's timing)", "recycled": True}
-            result = self.conn.recv()
+            wire.send(self.conn, {**job, "call_deadline_s": timeout})
+            result = checked_result(wire.recv(self.conn, timeout=timeout))
+        except TimeoutError:
+            self.kill()
+            return {"tier": TIER_RUNTIME_ERROR, "reason": f"timeout: no result after {timeout:.0f} s "
+                    "(the kernel hangs or is far too slow; eval.timeout_s raises the limit, "
+                    "eval.suite_time_budget_s shortens a suite task's timing)", "recycled": True}
+        except wire.WireError as e:
+            self.kill()
+            return {"tier": TIER_RUNTIME_ERROR, "recycled": True,
+                    "reason": f"the sandbox's answer was refused unread: {e} [kfray rule: data-only wire]"}
         except (EOFError, ConnectionResetError, BrokenPipeError, OSError):
             try:
                 code = self.proc.wait(2)
@@ -222,7 +283,7 @@ class Sandbox:
     def close(self) -> None:
         if self.conn is not None and self.proc is not None and self.proc.poll() is None:
             try:
-                self.conn.send(None)
+                wire.send(self.conn, {"op": "exit"})
                 self.proc.wait(2)
             except (OSError, subprocess.TimeoutExpired):
                 pass
@@ -244,7 +305,22 @@ def _task_path(ref: str) -> tuple[str | None, str]:
     return path, f"{head}{colon}{path}{hash_}{direction}{at}{shape_set}"
 
 
+_RESULT_FIELDS = {"tier": int, "reason": str, "times": dict, "ref_times": dict, "noise": (int, float),
+                  "facts": dict, "stage_seconds": dict, "recycle": bool}
+
+
+def checked_result(out: dict) -> dict:
+    """The judge's answer held to the result's form: known fields of the right types, a tier in
+    range, times that are numbers (a forged or broken answer is refused, never recorded)."""
+    wire.fields(out, _RESULT_FIELDS, "sandbox result")
+    wire.integer(out.get("tier"), "tier", 0, 5)
+    for key in ("times", "ref_times", "stage_seconds"):
+        for k, v in out.get(key, {}).items():
+            wire.number(v, f"{key}[{k[:40]}]", 0.0, 1e7)
+    return out
+
+
 if __name__ == "__main__":
     _fd = int(sys.argv[1])
-    _backend, _cfg, _mem = pickle.loads(sys.stdin.buffer.read())
-    _worker_main(Connection(_fd), _backend, _cfg, _mem)
+    _backend, _cfg, _mem = pickle.loads(sys.stdin.buffer.read())     # written by the evaluator
+    _worker_main(socket.socket(fileno=_fd), _backend, _cfg, _mem)

@@ -27,6 +27,7 @@ class Build:
 class Backend(ABC):
     name: str = ""
     language: str = ""
+    split: bool = False       # candidates run in their own runner process (load_remote), apart from the judge
 
     def __init__(self, cfg):
         self.cfg = cfg            # kfray.config.EvalConfig
@@ -51,6 +52,11 @@ class Backend(ABC):
     @abstractmethod
     def load(self, artifact: str, task) -> Callable[[dict[str, Any]], int]:
         """Return fn(device_args) -> return code of kf_forward (what `run_job` calls)."""
+
+    def load_remote(self, runner, arena, artifact: str, task) -> Callable[[dict[str, Any]], int]:
+        """Like `load`, but the candidate is loaded in `runner` (kfray.eval.remote) and works on
+        buffers of `arena` (kfray.eval.shared); backends with `split` implement it."""
+        raise NotImplementedError(f"backend {self.name} runs candidates in the judge")
 
     def run_job(self, fn: Callable, task, job: dict) -> dict:
         """Correctness and timing of a loaded kernel (kfray.eval.measure); a backend whose kernels
@@ -105,10 +111,14 @@ _BACKENDS: dict[str, str] = {
 }
 
 
-def get_backend(name: str, cfg) -> Backend:
+def backend_class(name: str) -> type[Backend]:
     import importlib
 
     if name not in _BACKENDS:
         raise ValueError(f"unknown backend {name!r} (known: {', '.join(_BACKENDS)})")
     mod, _, cls = _BACKENDS[name].partition(":")
-    return getattr(importlib.import_module(mod), cls)(cfg)
+    return getattr(importlib.import_module(mod), cls)
+
+
+def get_backend(name: str, cfg) -> Backend:
+    return backend_class(name)(cfg)

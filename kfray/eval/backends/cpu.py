@@ -86,6 +86,7 @@ def cpu_facts() -> dict[str, Any]:
 class CpuBackend(Backend):
     name = "cpu"
     language = "cpp"
+    split = True
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -137,6 +138,13 @@ class CpuBackend(Backend):
         call.keepalive = lib  # the library must outlive the callable
         return call
 
+    def load_remote(self, runner, arena, artifact: str, task):
+        """kf_forward loaded in the candidate's runner; the buffers it gets live in `arena`."""
+        from kfray.eval.remote import RemoteKernel
+
+        self.arena = arena
+        return RemoteKernel(runner, arena, artifact, task)
+
     def to_device(self, args):
         # Own copies, so a kernel cannot reach the harness's arrays; each between guard zones.
         return {k: (self._guarded_copy(v) if isinstance(v, np.ndarray) else v) for k, v in args.items()}
@@ -151,7 +159,9 @@ class CpuBackend(Backend):
         """A copy of `v`, 64-byte aligned, between two GUARD_BYTES zones filled with random canary bytes."""
         canary = self._canary_bytes()
         nb = v.nbytes
-        buf = np.empty(nb + 2 * GUARD_BYTES + ALIGN_BYTES, dtype=np.uint8)
+        arena = getattr(self, "arena", None)          # shared with the candidate's runner
+        size = nb + 2 * GUARD_BYTES + ALIGN_BYTES
+        buf = arena.empty(size) if arena is not None else np.empty(size, dtype=np.uint8)
         off = GUARD_BYTES + (-buf.ctypes.data) % ALIGN_BYTES
         buf[off - GUARD_BYTES:off] = canary
         buf[off + nb:off + nb + GUARD_BYTES] = canary

@@ -1,0 +1,95 @@
+"""kfray's defences against reward hacks, one place: which path applies which, and the rules that
+are not a check of outputs (the outside clock, the second-look bound).
+
+A search optimizes exactly what the judge measures, so every hole gets found. The checks of
+outputs live where they run (correctness.py, timed_runs.py, suite/judge.py); this table says
+which path has each, and `kfray doctor` / the README print it.
+
+Paths: `kf_forward` (kfray's own form, the cpu backend: candidate in its runner), `suite`
+(KernelBench / robust-kbench forms, torch_ext_cpu and torch_ext_cuda: candidate in its runner),
+`in_judge` (backends that cannot run a candidate apart yet: cuda kf_forward through CuPy, SYCL;
+the judge that ran a candidate is recycled after it).
+"""
+from __future__ import annotations
+
+import statistics
+
+REVIEW_SPEEDUP = 10.0     # KernelBench asks for a second look at anything faster than this
+
+# (defence, what it stops, paths that apply it)
+DEFENCES: list[tuple[str, str, tuple[str, ...]]] = [
+    ("data-only wire", "a kernel writing a forged or executable answer into its sockets (JSON, size cap, "
+     "schema; nothing is unpickled)", ("kf_forward", "suite", "in_judge")),
+    ("verdict apart from the candidate", "patched clocks, patched torch functions, flipped global flags "
+     "(inputs, reference, comparison and its timing live in the judge, which never loads a candidate)",
+     ("kf_forward", "suite")),
+    ("fresh process per candidate", "state left for the next candidate: flags, patched functions, threads, "
+     "sys.modules (runners fork from a clean zygote; the in-judge path recycles the judge)",
+     ("kf_forward", "suite", "in_judge")),
+    ("outside clock", "faked times: the judge times every call from its side of the wire and flags a "
+     "claim that its clock cannot account for", ("kf_forward", "suite")),
+    ("candidate paused while the reference is timed", "a kernel loading the machine to slow the reference",
+     ("kf_forward", "suite")),
+    ("poisoned outputs", "outputs left unwritten or read before written", ("kf_forward", "in_judge")),
+    ("fresh inputs on every check, kernel before reference", "cached results, copying the reference",
+     ("kf_forward", "suite", "in_judge")),
+    ("late-write check", "work left running on another thread or stream after the call returned",
+     ("kf_forward", "suite", "in_judge")),
+    ("inputs and parameters unchanged", "mutated inputs (zeroed, reused as scratch)",
+     ("kf_forward", "suite", "in_judge")),
+    ("rotated input sets, fresh tensors per timed call", "memoising by input identity or address",
+     ("kf_forward", "suite", "in_judge")),
+    ("spot checks of timed calls", "skipping work when timed", ("kf_forward", "suite", "in_judge")),
+    ("guard zones", "writes outside a buffer (wrong tails)", ("kf_forward",)),
+    ("stream probe", "work on another CUDA stream", ("suite", "in_judge")),
+    ("roofline bound", "times faster than the hardware allows", ("kf_forward", "suite", "in_judge")),
+    (f"second look above {REVIEW_SPEEDUP:g}x", "anything else too good to be true (flagged, not rejected)",
+     ("kf_forward", "suite", "in_judge")),
+]
+
+
+def table() -> str:
+    """The defences as a Markdown table (README, doctor)."""
+    paths = ("kf_forward", "suite", "in_judge")
+    rows = ["| defence | stops | " + " | ".join(paths) + " |", "|---|---|" + "---|" * len(paths)]
+    for name, stops, where in DEFENCES:
+        rows.append(f"| {name} | {stops} | " + " | ".join("yes" if p in where else "-" for p in paths) + " |")
+    return "\n".join(rows)
+
+
+def clock_check(log: list[tuple[float, float]], round_trip: tuple[float, float]) -> str | None:
+    """Why a kernel's claimed call times cannot be its own, or None. `log` holds (the judge's
+    seconds around the request, the seconds the runner claims for the call), `round_trip` the
+    median and 90th percentile of an empty request before the candidate was loaded. A claim
+    longer than the request that carried it is impossible; a median claim under half of what the
+    judge's clock leaves after the wire's round trip, by more than the wire's jitter, is faked."""
+    if not log:
+        return None
+    for i, (outside, claim) in enumerate(log):
+        if claim > outside + 1e-4:
+            return (f"timed call {i + 1} claimed {claim * 1e6:.1f} us but the judge's clock saw the whole request "
+                    f"take {outside * 1e6:.1f} us [kfray rule: outside clock]")
+    rt_med, rt_p90 = round_trip
+    med_out = statistics.median(o for o, _ in log)
+    med_claim = statistics.median(c for _, c in log)
+    excess = statistics.median(o - c for o, c in log)
+    allowed = max(3 * rt_p90 + 200e-6, 0.25 * med_out)
+    if excess > allowed and med_claim < 0.5 * (med_out - rt_med):
+        return (f"the kernel's process claims {med_claim * 1e6:.1f} us a call, but the judge's clock saw "
+                f"{med_out * 1e6:.1f} us a call, of which the wire's round trip is {rt_med * 1e6:.1f} us: the "
+                "claimed times are not the kernel's own (a patched clock or timer) [kfray rule: outside clock]")
+    return None
+
+
+def review_flag(times: dict, ref_times: dict) -> str | None:
+    """A speedup beyond REVIEW_SPEEDUP (geometric mean over shapes), for a human's second look."""
+    import math
+
+    ratios = [ref_times[s] / t for s, t in times.items() if t and ref_times.get(s)]
+    if not ratios:
+        return None
+    g = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+    if g > REVIEW_SPEEDUP:
+        return (f"speedup {g:.1f}x is above {REVIEW_SPEEDUP:g}x: worth a second look before it is believed "
+                "(KernelBench's rule of thumb)")
+    return None

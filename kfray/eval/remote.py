@@ -1,0 +1,176 @@
+"""The judge's side of a candidate's runner: requests over the data-only wire, the judge's own
+clock around each one, and the kf_forward kernel as a callable that runs in the runner.
+
+Every answer is untrusted: it is parsed as JSON, held to a schema and bounds, and a runner that
+hangs past its deadline, dies or answers out of form is killed, and the candidate charged one
+evaluation with the reason. A call's claimed seconds are kept beside the judge's own measure of
+the same request (`log`), for kfray.eval.defences.clock_check.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import statistics
+import time
+
+from kfray.eval import wire
+from kfray.tasks.base import Tensor
+
+MAX_ANSWER = 1 << 16            # bytes: an answer is a return code and a time, or an error's text
+PINGS = 20
+
+
+class RunnerFailed(Exception):
+    """The runner died, hung, or answered out of form; the message says which."""
+
+
+class RemoteRunner:
+    def __init__(self, spawner, deadline_s: float = 600.0):
+        self.spawner = spawner
+        self.sock, self.pid = spawner.spawn()
+        self.zygote_pid = spawner.pid
+        self.deadline_s = deadline_s
+        self.known: set[int] = set()        # buffer ids this runner has mapped
+        self.round_trip = (0.0, 0.0)        # median and 90th percentile of an empty request, seconds
+        self.log: list[tuple[float, float]] = []    # (judge's seconds, claimed seconds) per call
+        self.calibrate()
+
+    def request(self, obj: dict, fds=(), timeout: float | None = None) -> dict:
+        if self.sock is None:
+            raise RunnerFailed("the candidate's process is gone")
+        try:
+            wire.send(self.sock, obj, fds)
+            ans = wire.recv(self.sock, timeout=timeout or self.deadline_s, max_bytes=MAX_ANSWER)
+        except TimeoutError:
+            self.close()
+            raise RunnerFailed(f"the kernel's process gave no answer within {timeout or self.deadline_s:.0f} s "
+                               "(it hangs or is far too slow)") from None
+        except wire.WireError as e:
+            self.close()
+            raise RunnerFailed(f"the kernel's process wrote to the judge's wire out of form ({e}); the answer "
+                               "was refused unread [kfray rule: data-only wire]") from None
+        except (EOFError, OSError):
+            why = self._exit_reason()
+            self.close()
+            raise RunnerFailed(why) from None
+        if "error" in ans:
+            raise RunnerFailed(wire.text(ans["error"], "error", 2000))
+        return ans
+
+    def _exit_reason(self) -> str:
+        status = self.spawner.exit_status(self.pid)
+        if status is not None and os.WIFSIGNALED(status):
+            try:
+                name = signal.Signals(os.WTERMSIG(status)).name
+            except ValueError:
+                name = f"signal {os.WTERMSIG(status)}"
+            return f"the kernel crashed its process with {name}"
+        return "the kernel's process ended in the middle of a request (crashed or exited)"
+
+    def calibrate(self) -> None:
+        """The wire's round trip, measured before any candidate code is loaded."""
+        ts = []
+        for _ in range(PINGS):
+            t0 = time.perf_counter()
+            self.request({"op": "ping"}, timeout=30)
+            ts.append(time.perf_counter() - t0)
+        ts.sort()
+        self.round_trip = (statistics.median(ts), ts[int(0.9 * (len(ts) - 1))])
+
+    def share(self, arena, arrays) -> list:
+        """Map into the runner the arena buffers of these arrays it has not seen; drop freed ones."""
+        new, refs = [], []
+        for a in arrays:
+            buf, off, fd = arena.locate(a)
+            refs.append(["p", buf, off])
+            if buf not in self.known and all(buf != b for b, _ in new):
+                new.append((buf, fd))
+        freed = [b for b in arena.take_freed() if b in self.known]
+        if freed:
+            self.known.difference_update(freed)
+            self.request({"op": "drop", "ids": freed}, timeout=30)
+        for i in range(0, len(new), wire.MAX_FDS):
+            part = new[i:i + wire.MAX_FDS]
+            self.request({"op": "map", "ids": [b for b, _ in part]}, [fd for _, fd in part], timeout=30)
+            self.known.update(b for b, _ in part)
+        return refs
+
+    def timed(self, obj: dict) -> dict:
+        """A call request with the judge's clock around it; its claimed time checked for form."""
+        t0 = time.perf_counter()
+        ans = self.request(obj)
+        outside = time.perf_counter() - t0
+        claim = wire.number(ans.get("s"), "claimed seconds", 0.0, 1e6)
+        self.log.append((outside, claim))
+        return ans
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+class RemoteKernel:
+    """kf_forward loaded in a runner, called like the in-process one: fn(device_args) -> rc."""
+
+    def __init__(self, runner: RemoteRunner, arena, artifact: str, task):
+        self.runner, self.arena, self.task = runner, arena, task
+        self.names = [a.name for a in task.args]
+        self.tensors = {a.name for a in task.args if isinstance(a, Tensor)}
+        kinds = ["ptr" if isinstance(a, Tensor) else a.dtype for a in task.args]
+        runner.request({"op": "load_cdll", "artifact": artifact, "kinds": kinds}, timeout=60)
+
+    def __call__(self, args: dict) -> int:
+        arrays = [args[n] for n in self.names if n in self.tensors]
+        refs = iter(self.runner.share(self.arena, arrays))
+        payload = [next(refs) if n in self.tensors else ["s", _scalar(args[n])] for n in self.names]
+        ans = self.runner.timed({"op": "call", "args": payload})
+        return wire.integer(ans.get("rc"), "kf_forward's return code", -(1 << 31), (1 << 31) - 1)
+
+
+def _scalar(v):
+    return v.item() if hasattr(v, "item") else v
+
+
+def claimed_times(fn) -> list | None:
+    """The (judge's, claimed) seconds log of a kernel that runs in a runner, emptied; else None."""
+    runner = getattr(fn, "runner", None)
+    if runner is None:
+        return None
+    runner.log.clear()
+    return runner.log
+
+
+class paused:
+    """Stop the candidate's processes (its runner, and under the judge's PID namespace everything
+    but the judge and the zygote) while the judge times its reference: a kernel that left threads
+    or children loading the machine cannot slow the reference down."""
+
+    def __init__(self, fn, spare: int = 0):
+        runner = getattr(fn, "runner", None)
+        self.pids: list[int] = []
+        if runner is not None and runner.pid:
+            self.pids = [runner.pid]
+            if os.getpid() == 1:
+                zygote = getattr(runner, "zygote_pid", 0)
+                self.pids = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, zygote)]
+
+    def _signal(self, sig) -> None:
+        for pid in self.pids:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def __enter__(self):
+        self._signal(signal.SIGSTOP)
+        return self
+
+    def __exit__(self, *exc):
+        self._signal(signal.SIGCONT)
+        return False
