@@ -120,7 +120,8 @@ def suite_form_default(cfg, refs: list[str], skipped: dict[str, str]) -> bool:
 def gpu_evaluators_default(cfg, user_set: bool) -> bool:
     """A sweep on GPUs (cuda, torch_ext_cuda) runs one evaluator per GPU of the cluster
     (eval.evaluators=0) unless the user set eval.evaluators: the default of 2 is the CPU's, and a
-    one-GPU machine could not start them (a config with hardware classes sizes its own). Returns whether it changed eval.evaluators."""
+    one-GPU machine could not start them (a config with hardware classes sizes its own). Returns
+    whether it changed eval.evaluators."""
     if user_set or cfg.hardware or cfg.eval.backend not in ("cuda", "torch_ext_cuda") or cfg.eval.evaluators == 0:
         return False
     cfg.eval.evaluators = 0

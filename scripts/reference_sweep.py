@@ -1,0 +1,276 @@
+"""Every suite reference as its own kernel: kfray's check that its harness agrees with itself before
+any model is involved (issue 25). KernelBench levels 1-3 and a robust-kbench task folder, each
+problem's own reference submitted as the kernel, on one GPU or a Ray cluster:
+
+    python scripts/reference_sweep.py --kernelbench PATH/KernelBench --rkb PATH/robust-kbench
+    python scripts/reference_sweep.py --kernelbench PATH/KernelBench --levels 1 --address auto --set eval.timeout_s=60
+
+The kernels are the seeds an offline sweep starts from (kfray.tasks.suite_form.seeds): KernelBench's
+`ModelNew(Model)`, robust-kbench's `forward_fn` inside an extension; a robust-kbench backward task has
+no reference in kernel form, so it runs the backward kernel the suite publishes for it, and is listed
+apart where there is none. They are judged as a sweep judges them: the tasks a sweep finds
+(kfray.sweep.plan), the backend it picks (torch_ext_cuda where the cluster has GPUs, one evaluator
+per GPU; else torch_ext_cpu), its evaluator actors and their queue (kfray.eval.evaluator,
+kfray.eval.queue), the suite's verdict with kfray's checks on top.
+
+Per level (level1, level2, level3, rkb) it prints correct / total, the time to verdict (from when
+its evaluator could start it, its build done, to its result) median and max, the wall time and
+problems per hour, and every problem that failed with its reason; it writes all of it, per problem
+too, to
+scripts/results/reference_sweep_<gpu>.json (--out FILE elsewhere). A KernelBench problem that
+does not load counts as failed (the benchmark is all 250); a robust-kbench ref that does not load is
+listed under `not_loaded` and not counted (the target is every ref that loads).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from kfray.candidate import Candidate, EvalResult  # noqa: E402
+from kfray.errors import KfrayError  # noqa: E402
+
+REFERENCE_SEEDS = ("reference_module", "reference_function")
+GPU_BACKENDS = ("cuda", "torch_ext_cuda")
+
+
+def reference_kernel(ref: str):
+    """(seed name, source) of the kernel that stands for a task's reference, or None."""
+    from kfray.tasks import load_task
+
+    seeds = load_task(ref).seeds_for("suite")
+    for s in seeds:
+        if s.name in REFERENCE_SEEDS:
+            return s.name, s.source
+    return (seeds[0].name, seeds[0].source) if seeds else None
+
+
+def problem_name(ref: str) -> str:
+    tail = ref.split(":", 1)[-1]
+    path, _, direction = tail.partition("#")
+    return Path(path).name + (f"#{direction}" if direction else "")
+
+
+def rkb_tasks_folder(root: Path) -> Path:
+    return root / "tasks" if (root / "tasks").is_dir() else root
+
+
+def plan_levels(kb_root: str | None, rkb_root: str | None, levels: list[int], wanted: str | None) -> dict:
+    """{level name: {"jobs": [(ref, seed name, source)], "failed": {name: why}, "not_loaded": {...},
+    "no_reference": {...}}} from the sweep's own planning."""
+    from kfray.sweep.plan import plan
+
+    out = {}
+    suites = [(f"level{n}", kb_root, n) for n in levels] if kb_root else []
+    if rkb_root:
+        suites.append(("rkb", str(rkb_tasks_folder(Path(rkb_root))), None))
+    for name, root, level in suites:
+        entry = {"jobs": [], "failed": {}, "not_loaded": {}, "no_reference": {}}
+        try:
+            refs, skipped = plan(root, level, wanted, "suite", offline=True)
+        except KfrayError as e:                   # no such level folder, --tasks matches nothing here
+            print(f"{name}: {e}", file=sys.stderr)
+            out[name] = entry
+            continue
+        for ref, why in skipped.items():
+            if "seed kernel" in why:
+                entry["no_reference"][problem_name(ref)] = "no reference in kernel form, and the suite publishes none"
+            elif name == "rkb":
+                entry["not_loaded"][problem_name(ref)] = why
+            else:
+                entry["failed"][problem_name(ref)] = f"does not load: {why}"
+        for ref in refs:
+            kernel = reference_kernel(ref)
+            if kernel is None:
+                entry["no_reference"][problem_name(ref)] = "no reference in kernel form"
+            else:
+                entry["jobs"].append((ref, *kernel))
+        out[name] = entry
+    return out
+
+
+def start_pool(cfg, address: str, backend_set: bool, evaluators_set: bool):
+    """Ray (a cluster, or a local instance), the backend a sweep would pick, its evaluators."""
+    import ray
+
+    from kfray.cluster import connect
+    from kfray.eval.evaluator import make_evaluators
+    from kfray.eval.queue import EvalQueue
+    from kfray.sweep.cli import gpu_evaluators_default
+
+    owned = not ray.is_initialized()
+    connect(address or cfg.address, num_cpus=int(max(1, cfg.eval.evaluators) * cfg.eval.num_cpus) + 1)
+    gpus = int(ray.cluster_resources().get("GPU", 0))
+    if not backend_set:
+        cfg.eval.backend = "torch_ext_cuda" if gpus else "torch_ext_cpu"
+    gpu_evaluators_default(cfg, evaluators_set)
+    e = cfg.eval
+    count = e.evaluators or (gpus if e.backend in GPU_BACKENDS else 0)
+    if count < 1:
+        raise KfrayError(f"no evaluators: eval.evaluators is {e.evaluators} and the cluster has no GPU "
+                         f"for backend {e.backend}")
+    evs = make_evaluators(e.backend, e, count, f"refsweep-{os.getpid()}-{int(time.time())}")
+    infos = ray.get([ev.info.remote() for ev in evs], timeout=300)
+    depth = 2 if e.backend in ("cpu", "sim") else e.compile_workers + 1
+    return evs, EvalQueue(evs, depth), infos, owned
+
+
+def run_level(queue, jobs: list, name: str, quiet: bool, ahead: bool) -> tuple[list[dict], float]:
+    """Every job of one level through the pool; (rows, wall seconds). A problem's time to verdict
+    is measured here, from when its evaluator could start it (its build done, and the evaluator's
+    previous evaluation finished: one at a time holds the device) to its result. `ahead`: the
+    evaluators build while another evaluation runs (GPU backends), else one job at a time."""
+    t0 = time.perf_counter()
+    by_id, dispatched, last_done = {}, {}, {}
+    for ref, seed, source in jobs:
+        c = Candidate(task=ref, language="suite", source=source, origin=f"seed:{seed}")
+        by_id[c.id] = (ref, seed)
+        queue.submit(c)
+    rows = []
+    while len(queue):
+        now = time.perf_counter()
+        for cand, _ in list(queue.in_flight.values()):
+            dispatched.setdefault(cand.id, now)
+        for cand, res in queue.poll(1.0):
+            done = time.perf_counter()
+            ref, seed = by_id[cand.id]
+            r = row_of(name, ref, seed, res)
+            prev, sent = last_done.get(res.evaluator, t0), dispatched.get(cand.id, t0)
+            start = max(prev, sent + r["compile_s"]) if ahead else max(prev, sent) + r["compile_s"]
+            r["verdict_s"] = max(0.0, done - start)
+            last_done[res.evaluator] = done
+            rows.append(r)
+            if not quiet:
+                print(f"  {name} {r['problem'][:56]:56s} {'correct' if r['correct'] else 'FAILED ':7s} "
+                      f"verdict {r['verdict_s']:6.1f} s  {r['suite_speedup'] or 0:5.2f}x  "
+                      f"{'' if r['correct'] else r['reason'][:100]}", flush=True)
+    return rows, time.perf_counter() - t0
+
+
+def row_of(level: str, ref: str, seed: str, res: EvalResult) -> dict:
+    suite = res.facts.get("suite") if isinstance(res.facts.get("suite"), dict) else {}
+    reason = res.reason.strip()
+    if res.facts.get("not_charged"):
+        reason = f"does not fit the device: {reason}"
+    return {"level": level, "problem": problem_name(ref), "ref": ref, "kernel": seed, "tier": res.tier,
+            "correct": bool(res.correct), "reason": "" if res.correct else (reason or f"tier {res.tier}"),
+            "verdict_s": 0.0, "compile_s": res.stage_seconds.get("compile", 0.0),
+            "stage_seconds": {k: round(v, 4) for k, v in res.stage_seconds.items()},
+            "suite_speedup": suite.get("speedup"), "kfray_speedup": res.speedup if res.correct else 0.0,
+            "evaluator": res.evaluator, "hardware": res.hardware}
+
+
+def level_figures(rows: list[dict], failed_to_load: dict, wall_s: float) -> dict:
+    from kfray.sweep import fast_p
+
+    failed = {r["problem"]: r["reason"] for r in rows if not r["correct"]}
+    failed.update(failed_to_load)
+    total = len(rows) + len(failed_to_load)
+    v = [r["verdict_s"] for r in rows]
+    slowest = max(rows, key=lambda r: r["verdict_s"])["problem"] if rows else ""
+    scored = [{"correct": r["correct"], "speedup": r["suite_speedup"] or 0.0} for r in rows] + \
+             [{"correct": False, "speedup": 0.0}] * len(failed_to_load)
+    return {"correct": sum(r["correct"] for r in rows), "total": total, "wall_s": round(wall_s, 3),
+            "problems_per_hour": round(total / wall_s * 3600, 1) if wall_s > 0 and total else 0.0,
+            "verdict_s_median": round(statistics.median(v), 3) if v else 0.0,
+            "verdict_s_max": round(max(v), 3) if v else 0.0, "slowest": slowest,
+            "fast_p": {str(p): round(x, 4) for p, x in fast_p(scored).items()},
+            "failed": failed}
+
+
+def print_level(name: str, f: dict, extra: dict) -> None:
+    print(f"{name}: {f['correct']} / {f['total']} correct; time to verdict median {f['verdict_s_median']:.1f} s, "
+          f"max {f['verdict_s_max']:.1f} s ({f['slowest'] or '-'}); wall {f['wall_s']:.0f} s, "
+          f"{f['problems_per_hour']:.0f} problems per hour; fast_0.8 {f['fast_p'].get('0.8', 0):.2f}, "
+          f"fast_1.0 {f['fast_p'].get('1.0', 0):.2f}", flush=True)
+    for prob, why in f["failed"].items():
+        print(f"  failed  {prob}: {why.splitlines()[0][:300] if why else ''}")
+    for key, label in (("no_reference", "no reference kernel"), ("not_loaded", "does not load (not counted)")):
+        for prob, why in extra.get(key, {}).items():
+            print(f"  {label}  {prob}: {why.splitlines()[0][:200]}")
+
+
+def gpu_slug(infos: list[dict], backend: str) -> str:
+    if backend not in GPU_BACKENDS:
+        return "cpu"
+    hw = (infos[0].get("hardware") if infos else "") or "gpu"
+    hw = hw.split(":", 1)[-1].lower()
+    hw = re.sub(r"^nvidia[_ ]", "", hw)
+    return re.sub(r"[^a-z0-9]+", "_", hw).strip("_") or "gpu"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--kernelbench", metavar="ROOT", help="KernelBench's root (ROOT/levelN or ROOT/KernelBench/levelN)")
+    ap.add_argument("--rkb", metavar="ROOT", help="robust-kbench's root (ROOT/tasks) or its tasks folder")
+    ap.add_argument("--levels", default="1,2,3", help="KernelBench levels (default 1,2,3)")
+    ap.add_argument("--tasks", help="comma list of problem names (or prefixes) to keep, as kfray sweep --tasks")
+    ap.add_argument("--address", default="", help="Ray cluster address (auto, host:port); default: start locally")
+    ap.add_argument("--config", help="YAML config whose eval section to use")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a config override, "
+                    "e.g. eval.evaluators=4 or eval.timeout_s=60")
+    ap.add_argument("--out", help="JSON to write (default scripts/results/reference_sweep_<gpu>.json)")
+    ap.add_argument("--quiet", action="store_true", help="no line per problem")
+    args = ap.parse_args(argv)
+    if not args.kernelbench and not args.rkb:
+        ap.error("give --kernelbench ROOT, --rkb ROOT, or both")
+
+    from kfray.config import load_config
+
+    cfg = load_config(args.config, args.set)
+    sets = {s.partition("=")[0].strip() for s in args.set}
+    levels = [int(x) for x in args.levels.split(",") if x.strip()]
+    t0 = time.perf_counter()
+    planned = plan_levels(args.kernelbench, args.rkb, levels, args.tasks)
+    plan_s = time.perf_counter() - t0
+    evs, queue, infos, owned = start_pool(cfg, args.address, "eval.backend" in sets, "eval.evaluators" in sets)
+    import ray
+
+    print(f"reference sweep: {sum(len(p['jobs']) for p in planned.values())} problems on {len(evs)} "
+          f"{cfg.eval.backend} evaluator(s) ({infos[0]['hardware'] if infos else '?'}); planned in {plan_s:.0f} s",
+          flush=True)
+    out = {"gpu": gpu_slug(infos, cfg.eval.backend), "backend": cfg.eval.backend, "evaluators": len(evs),
+           "hardware": sorted({i.get("hardware", "") for i in infos}), "timeout_s": cfg.eval.timeout_s,
+           "torch_compile": cfg.eval.torch_compile, "plan_s": round(plan_s, 3), "levels": {}, "problems": []}
+    try:
+        for name, p in planned.items():
+            rows, wall = run_level(queue, p["jobs"], name, args.quiet, cfg.eval.backend in GPU_BACKENDS)
+            fig = level_figures(rows, p["failed"], wall)
+            fig.update({"no_reference": p["no_reference"], "not_loaded": p["not_loaded"]})
+            out["levels"][name] = fig
+            out["problems"] += rows
+            print_level(name, fig, p)
+    finally:
+        try:
+            ray.get([ev.shutdown.remote() for ev in evs], timeout=30)
+        except Exception:
+            pass
+        for ev in evs:
+            ray.kill(ev)
+        if owned:
+            ray.shutdown()
+    lv = out["levels"].values()
+    out["wall_s"] = round(time.perf_counter() - t0, 3)
+    out["correct"], out["total"] = sum(f["correct"] for f in lv), sum(f["total"] for f in lv)
+    print(f"all: {out['correct']} / {out['total']} correct in {out['wall_s']:.0f} s")
+    path = Path(args.out) if args.out else ROOT / "scripts" / "results" / f"reference_sweep_{out['gpu']}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=1, default=str) + "\n")
+    print(f"wrote {path}")
+    return 0 if out["correct"] == out["total"] else 1
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KfrayError as e:
+        print(f"reference_sweep: error: {e}", file=sys.stderr)
+        sys.exit(2)
