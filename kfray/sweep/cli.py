@@ -125,6 +125,8 @@ def gpu_evaluators_default(cfg, user_set: bool) -> bool:
     if user_set or cfg.hardware or cfg.eval.backend not in ("cuda", "torch_ext_cuda") or cfg.eval.evaluators == 0:
         return False
     cfg.eval.evaluators = 0
+    print(f"kfray: {cfg.eval.backend}: one evaluator per GPU (eval.evaluators=0; --set eval.evaluators=N for "
+          "another count)", file=sys.stderr)
     return True
 
 
