@@ -57,12 +57,15 @@ def table() -> str:
     return "\n".join(rows)
 
 
-def clock_check(log: list[tuple[float, float]], round_trip: tuple[float, float]) -> str | None:
+def clock_check(log: list[tuple[float, float]], round_trip: tuple[float, float],
+                overhead: float = 0.0) -> str | None:
     """Why a kernel's claimed call times cannot be its own, or None. `log` holds (the judge's
     seconds around the request, the seconds the runner claims for the call), `round_trip` the
-    median and 90th percentile of an empty request before the candidate was loaded. A claim
-    longer than the request that carried it is impossible; a median claim under half of what the
-    judge's clock leaves after the wire's round trip, by more than the wire's jitter, is faked."""
+    median and 90th percentile of an empty request before the candidate was loaded, `overhead`
+    what the runner's own part of a request costs beyond the call (input clones, output copies),
+    as the judge measured the same work. A claim longer than the request that carried it is
+    impossible; a median claim under half of what the judge's clock leaves after the wire and
+    that overhead, by more than the wire's jitter, is faked."""
     if not log:
         return None
     for i, (outside, claim) in enumerate(log):
@@ -72,11 +75,12 @@ def clock_check(log: list[tuple[float, float]], round_trip: tuple[float, float])
     rt_med, rt_p90 = round_trip
     med_out = statistics.median(o for o, _ in log)
     med_claim = statistics.median(c for _, c in log)
-    excess = statistics.median(o - c for o, c in log)
-    allowed = max(3 * rt_p90 + 200e-6, 0.25 * med_out)
-    if excess > allowed and med_claim < 0.5 * (med_out - rt_med):
+    excess = statistics.median(o - c for o, c in log) - overhead
+    allowed = max(3 * rt_p90 + 200e-6, 0.25 * (med_out - overhead))
+    if excess > allowed and med_claim < 0.5 * (med_out - rt_med - overhead):
         return (f"the kernel's process claims {med_claim * 1e6:.1f} us a call, but the judge's clock saw "
-                f"{med_out * 1e6:.1f} us a call, of which the wire's round trip is {rt_med * 1e6:.1f} us: the "
+                f"{med_out * 1e6:.1f} us a call, of which the wire's round trip is {rt_med * 1e6:.1f} us and "
+                f"its copies {overhead * 1e6:.1f} us: the "
                 "claimed times are not the kernel's own (a patched clock or timer) [kfray rule: outside clock]")
     return None
 

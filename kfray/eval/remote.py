@@ -37,11 +37,21 @@ class RemoteRunner:
         self.calibrate()
 
     def request(self, obj: dict, fds=(), timeout: float | None = None) -> dict:
+        ans, _ = self.request_fds(obj, fds, timeout, want_fds=False)
+        return ans
+
+    def request_fds(self, obj: dict, fds=(), timeout: float | None = None, want_fds: bool = True):
+        """(answer, the descriptors that came with it)."""
         if self.sock is None:
             raise RunnerFailed("the candidate's process is gone")
+        got: list[int] = []
         try:
             wire.send(self.sock, obj, fds)
-            ans = wire.recv(self.sock, timeout=timeout or self.deadline_s, max_bytes=MAX_ANSWER)
+            if want_fds:
+                ans, got = wire.recv(self.sock, timeout=timeout or self.deadline_s, max_bytes=MAX_ANSWER,
+                                     want_fds=True)
+            else:
+                ans = wire.recv(self.sock, timeout=timeout or self.deadline_s, max_bytes=MAX_ANSWER)
         except TimeoutError:
             self.close()
             raise RunnerFailed(f"the kernel's process gave no answer within {timeout or self.deadline_s:.0f} s "
@@ -55,8 +65,10 @@ class RemoteRunner:
             self.close()
             raise RunnerFailed(why) from None
         if "error" in ans:
+            for fd in got:
+                os.close(fd)
             raise RunnerFailed(wire.text(ans["error"], "error", 2000))
-        return ans
+        return ans, got
 
     def _exit_reason(self) -> str:
         status = self.spawner.exit_status(self.pid)

@@ -102,7 +102,8 @@ class Runner:
                     out = self.op_drop(req)
                 elif op == "load_cdll":
                     out = self.op_load_cdll(req)
-                elif op in ("load_torch", "torch_call", "torch_state", "torch_build"):
+                elif op in ("load_torch", "torch_build", "torch_inputs", "torch_call", "torch_state", "torch_probe",
+                            "torch_release"):
                     if self.torch is None:
                         from kfray.eval.runner_torch import TorchSide
                         self.torch = TorchSide(self)

@@ -64,24 +64,33 @@ def _end_strays(spare: int = 0) -> None:
     its evaluation."""
     if os.getpid() != 1:
         return
-    killed = False
+    killed = []
     for name in os.listdir("/proc"):
         if name.isdigit() and int(name) not in (1, spare):
             try:
                 os.kill(int(name), signal.SIGKILL)
-                killed = True
+                killed.append(int(name))
             except (ProcessLookupError, PermissionError):
                 pass
-    if not killed:
-        return
     deadline = time.monotonic() + 2.0
-    while time.monotonic() < deadline:
+    while killed and time.monotonic() < deadline:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:      # orphans are ours to reap
+                pass
         except ChildProcessError:
-            return
-        if pid == 0:
+            pass
+        killed = [p for p in killed if _running(p)]
+        if killed:
             time.sleep(0.001)
+
+
+def _running(pid: int) -> bool:
+    """Whether the process exists and has not ended (a zombie waits for its parent's reap)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
 
 
 def _worker_main(sock: socket.socket, backend_name: str, cfg, memory_mb: int) -> None:
@@ -91,7 +100,10 @@ def _worker_main(sock: socket.socket, backend_name: str, cfg, memory_mb: int) ->
     spawner = None
     torch_form = backend_name.startswith("torch_ext")
     if _splits(backend_name):        # before any device, OpenMP pool or thread exists in this process
-        spawner = Spawner(["numpy", "torch"] if torch_form else ["numpy"], memory_mb)
+        import numpy  # noqa: F401  (imported once, here: the zygote is forked with it)
+        if torch_form:
+            import torch  # noqa: F401  (an import starts no thread pool and no CUDA context)
+        spawner = Spawner([], memory_mb)
     not_dumpable()
     _limit_resources(memory_mb)
     _die_with_parent()
@@ -132,15 +144,20 @@ def _run_one(backend, spawner, arena, job: dict, load_task) -> dict:
     runner = None
     try:
         task = load_task(job["task_ref"])
+        fn = None
         if spawner is not None:
             runner = RemoteRunner(spawner, deadline_s=float(job.get("call_deadline_s", 600.0)))
             fn = backend.load_remote(runner, arena, job["artifact"], task)
-        else:
+            if fn is None:                    # this task's form cannot run apart yet
+                runner.close()
+                runner = None
+        in_judge = fn is None
+        if in_judge:
             fn = backend.load(job["artifact"], task)
         result = backend.run_job(fn, task, job)
         if runner is not None:
             result.setdefault("facts", {})["runner_round_trip_us"] = round(runner.round_trip[0] * 1e6, 1)
-        elif spawner is None:
+        if in_judge:
             result["recycle"] = True          # candidate code ran in this judge: none of it stays
     except RunnerFailed as e:
         result = {"tier": TIER_RUNTIME_ERROR, "reason": str(e)}
@@ -148,7 +165,7 @@ def _run_one(backend, spawner, arena, job: dict, load_task) -> dict:
         result = {"tier": TIER_RUNTIME_ERROR, "reason": "out of memory in the sandbox", "recycle": True}
     except Exception as e:  # the kernel's failure, reported as one evaluation
         sticky = backend.check_sticky_error()
-        result = {"tier": TIER_RUNTIME_ERROR, "recycle": bool(sticky) or spawner is None,
+        result = {"tier": TIER_RUNTIME_ERROR, "recycle": bool(sticky) or runner is None,
                   "reason": sticky or f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=2)[-800:]}"}
     finally:
         if runner is not None:

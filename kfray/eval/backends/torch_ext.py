@@ -236,36 +236,21 @@ class TorchExtCpuBackend(Backend):
         return ["-include", str(header)]
 
     # --- sandbox side ------------------------------------------------------------------------
+    split = True
+
     def load(self, artifact: str, task) -> Callable:
-        """The extension's `forward` (`backward` for a robust-kbench backward task), imported under
-        the name its PyInit_ symbol carries; for a ModelNew file, its ModelNew class."""
-        import torch  # noqa: F401  (its libraries and pybind11 casters must be loaded first)
+        """The kernel loaded in this process (the judge's in-process path: backward tasks)."""
+        return load_suite_kernel(artifact, task, self._arch_list(), self._modules)
 
-        if artifact.endswith(".py"):
-            from kfray.tasks.package import import_file
+    def load_remote(self, runner, arena, artifact: str, task):
+        """The kernel loaded in the candidate's runner; None where the split does not reach yet
+        (robust-kbench backward tasks: autograd runs both sides, so it loads here)."""
+        from kfray.eval.suite.remote_case import RemoteKernel
 
-            os.environ["TORCH_EXTENSIONS_DIR"] = artifact + ".ext"      # the compile step's build
-            _load_prebuilt_extensions()
-            if self._arch_list():
-                os.environ["TORCH_CUDA_ARCH_LIST"] = self._arch_list()
-            cls = getattr(import_file(artifact, "ModelNew file"), "ModelNew", None)
-            if not isinstance(cls, type):
-                raise RuntimeError("the file defines no class ModelNew")
-            return cls
-        if artifact not in self._modules:
-            name = module_name(artifact)
-            loader = importlib.machinery.ExtensionFileLoader(name, artifact)
-            spec = importlib.util.spec_from_file_location(name, artifact, loader=loader)
-            mod = importlib.util.module_from_spec(spec)
-            loader.exec_module(mod)
-            self._modules[artifact] = mod
         suite = getattr(task, "suite", None)
-        name = suite.binds if suite is not None else "forward"
-        fn = getattr(self._modules[artifact], name, None)
-        if not callable(fn):
-            raise RuntimeError(f'the extension binds no function `{name}`; add m.def("{name}", &{name}) '
-                               "to its PYBIND11_MODULE")
-        return fn
+        if suite is None or suite.direction == "backward":
+            return None
+        return RemoteKernel(runner, artifact, task, self.device, self._arch_list())
 
     def run_job(self, fn: Callable, task, job: dict) -> dict:
         from kfray.candidate import TIER_RUNTIME_ERROR
@@ -298,6 +283,40 @@ class TorchExtCpuBackend(Backend):
     def reference(self, task, args: dict[str, Any]) -> dict[str, np.ndarray]:
         """The eager PyTorch reference on this backend's device, as host arrays."""
         return {k: self.to_host(v) for k, v in task.device_reference(args, self.device).items()}
+
+
+def load_suite_kernel(artifact: str, task, arch_list: str = "", modules: dict | None = None):
+    """The extension's `forward` (`backward` for a robust-kbench backward task), imported under
+    the name its PyInit_ symbol carries; for a ModelNew file, its ModelNew class. Runs where the
+    candidate may run: its runner (or the judge, on the in-process path)."""
+    import torch  # noqa: F401  (its libraries and pybind11 casters must be loaded first)
+
+    if artifact.endswith(".py"):
+        from kfray.tasks.package import import_file
+
+        os.environ["TORCH_EXTENSIONS_DIR"] = artifact + ".ext"      # the compile step's build
+        _load_prebuilt_extensions()
+        if arch_list:
+            os.environ["TORCH_CUDA_ARCH_LIST"] = arch_list
+        cls = getattr(import_file(artifact, "ModelNew file"), "ModelNew", None)
+        if not isinstance(cls, type):
+            raise RuntimeError("the file defines no class ModelNew")
+        return cls
+    modules = {} if modules is None else modules
+    if artifact not in modules:
+        name = module_name(artifact)
+        loader = importlib.machinery.ExtensionFileLoader(name, artifact)
+        spec = importlib.util.spec_from_file_location(name, artifact, loader=loader)
+        mod = importlib.util.module_from_spec(spec)
+        loader.exec_module(mod)
+        modules[artifact] = mod
+    suite = getattr(task, "suite", None)
+    name = suite.binds if suite is not None else "forward"
+    fn = getattr(modules[artifact], name, None)
+    if not callable(fn):
+        raise RuntimeError(f'the extension binds no function `{name}`; add m.def("{name}", &{name}) '
+                           "to its PYBIND11_MODULE")
+    return fn
 
 
 def _load_prebuilt_extensions() -> None:

@@ -30,12 +30,21 @@ def suite_seeds(trials: int) -> list[int]:
     return [int(torch.randint(0, 2**32 - 1, (1,)).item()) for _ in range(trials)]
 
 
+_SEED: list[int | None] = [None]
+
+
 def set_seed(seed: int) -> None:
     import torch
 
+    _SEED[0] = seed
     torch.manual_seed(seed)
     if torch.cuda.is_available():
         torch.cuda.manual_seed(seed)
+
+
+def last_seed() -> int | None:
+    """The seed `set_seed` set last (a runner sets the same before it builds the candidate)."""
+    return _SEED[0]
 
 
 def tensors(xs) -> list:

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from kfray.candidate import TIER_CORRECT, TIER_RUNTIME_ERROR
+from kfray.eval.defences import review_flag
 from kfray.eval.suite.common import SUITE_NAMES, Verdict
 from kfray.eval.suite.judge import Judge
 from kfray.eval.suite.runners import runner_for
@@ -26,7 +27,11 @@ def run_suite_job(backend, kernel: Any, task, job: dict) -> dict:
     if backend.device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     try:
-        cases = runner_for(spec, kernel, task).cases()
+        from kfray.eval.suite.remote_case import RemoteKernel
+        if isinstance(kernel, RemoteKernel):   # the candidate side in its runner, the reference here
+            cases = kernel.cases(runner_for(spec, None, task).cases())
+        else:
+            cases = runner_for(spec, kernel, task).cases()
         judge = Judge(backend, spec, rng)
         judge.suite_trials(cases)
         stages["correctness"] = time.perf_counter() - t0
@@ -59,7 +64,15 @@ def run_suite_job(backend, kernel: Any, task, job: dict) -> dict:
                 "stage_seconds": stages, "recycle": True}
     figures["suite"]["max_diff"] = judge.max_diff
     figures["suite"].update(peak_memory(backend))
-    return {"tier": TIER_CORRECT, "reason": "", "times": figures["times"], "ref_times": figures["ref_times"],
-            "noise": figures["noise"], "facts": {"form": "suite", "suite": figures["suite"],
-                                                 "per_shape": figures["per_shape"]},
-            "stage_seconds": stages}
+    facts = {"form": "suite", "suite": figures["suite"], "per_shape": figures["per_shape"]}
+    reason = ""
+    if judge.flags:                       # times the judge's own clock cannot account for
+        facts["flags"] = judge.flags
+        facts["untrusted"] = "; ".join(judge.flags)
+        reason = "flagged, speedup not trusted (counts as 0): " + "; ".join(judge.flags)
+    else:
+        review = review_flag(figures["times"], figures["ref_times"])
+        if review:
+            facts["review"] = review
+    return {"tier": TIER_CORRECT, "reason": reason, "times": figures["times"], "ref_times": figures["ref_times"],
+            "noise": figures["noise"], "facts": facts, "stage_seconds": stages}

@@ -68,6 +68,8 @@ class Judge:
         self.backend, self.spec, self.rng = backend, spec, rng
         self.device = backend.device
         self.max_diff = 0.0
+        self.flags: list[str] = []                  # timing the judge's clock cannot account for
+        self.sampled: dict[str, list] = {}          # configuration -> outputs of timed calls kept
 
     def sync(self) -> None:
         self.backend.synchronize()
@@ -81,7 +83,7 @@ class Judge:
         sp, tag = self.spec, f"configuration {case.name}, {'kfray fresh-input' if fresh else 'suite'} trial seed {seed}"
         with torch.no_grad(), making(sp, self.device):
             set_seed(seed)
-            xs = to_device(case.make_inputs(), self.device)
+            xs = case.prepare(to_device(case.make_inputs(), self.device))
             if sp.kind == RKB:
                 set_seed(seed)
                 ref = to_module(case.make_ref(), self.device)

@@ -23,6 +23,8 @@ class Case:
     make_new: Callable[[], Any]                # -> the candidate module (or the same class, other fn)
     call_ref: Callable[[Any, list], Any]
     call_new: Callable[[Any, list], Any]
+    prepare: Callable[[list], list] = lambda xs: xs    # where both sides see the inputs (remote_case)
+    remote: Any = None                                 # the candidate's runner side, when it has one
 
 
 class RkbRunner:
@@ -90,17 +92,15 @@ class KbRunner:
         init = self.init_inputs()
         holder: dict[str, Any] = {}
 
-        def models():                  # one pair for every trial, as KernelBench builds them
-            if not holder:
+        def model(side: str):          # one of each for every trial, each built after set_seed(42) as
+            if side not in holder:     # KernelBench builds them (only the side a process needs)
                 set_seed(SUITE_SEED)
-                holder["ref"] = self.mod.Model(*init)
-                set_seed(SUITE_SEED)
-                holder["new"] = self._new(init)
-            return holder
+                holder[side] = self.mod.Model(*init) if side == "ref" else self._new(init)
+            return holder[side]
 
         return [Case(name="default",
                      make_inputs=lambda: list(self.mod.get_inputs()),
-                     make_ref=lambda: models()["ref"], make_new=lambda: models()["new"],
+                     make_ref=lambda: model("ref"), make_new=lambda: model("new"),
                      call_ref=lambda m, xs: m(*xs), call_new=lambda m, xs: m(*xs))]
 
     def init_inputs(self) -> list:

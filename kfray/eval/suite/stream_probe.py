@@ -19,36 +19,41 @@ CONTRACT = ("launch all work on the current stream (at::cuda::getCurrentCUDAStre
             "streams after it and join them back before returning")
 
 
-def probe_case(backend, judge, case) -> str | None:
-    """None when the kernel keeps the contract (or the probe cannot tell); else the reason."""
+_HOLD: list = []
+
+
+def _stream_hold():
+    """The process's StreamHold (built once), or None where NVRTC / CuPy cannot build one."""
+    if not _HOLD:
+        try:
+            import cupy as cp
+
+            from kfray.eval.backends.cuda import StreamHold
+            _HOLD.append(StreamHold.create(cp))
+        except ImportError:
+            _HOLD.append(None)
+    return _HOLD[0]
+
+
+def probe_calls(case, model, xs) -> tuple[list | None, list | None]:
+    """The kernel's result unhurried, then with the current stream held and its floating inputs
+    restored behind the hold; (None, None) when the probe cannot tell. Runs where the candidate
+    runs (its runner, or the judge on the in-process path)."""
     import torch
 
-    try:
-        import cupy as cp
+    from kfray.eval.suite.common import outputs, tensors
 
-        from kfray.eval.backends.cuda import StreamHold
-    except ImportError:
-        return None
-    hold = getattr(backend, "_suite_hold", None)
+    hold = _stream_hold()
     if hold is None:
-        hold = StreamHold.create(cp)
-        backend._suite_hold = hold if hold is not None else False
-    if not hold:
-        return None
-    from kfray.eval.suite.common import (SUITE_SEED, making, outputs, set_seed, tensors, to_device,
-                                         to_module)
+        return None, None
+    import cupy as cp
 
-    dev = backend.device
-    with torch.no_grad(), making(judge.spec, dev):
-        set_seed(SUITE_SEED)
-        xs = to_device(case.make_inputs(), dev)
-        set_seed(SUITE_SEED)
-        model = to_module(case.make_new(), dev)
+    with torch.no_grad():
         first = [o.clone() for o in outputs(case.call_new(model, xs), "the kernel")]
         torch.cuda.synchronize()
         floats = [x for x in tensors(xs) if x.is_floating_point()]
         if not floats:
-            return None
+            return None, None
         saved = [x.clone() for x in floats]
         for x in floats:
             x.fill_(float("nan"))
@@ -64,8 +69,28 @@ def probe_case(backend, judge, case) -> str | None:
             hold.release()
         torch.cuda.synchronize()
         if hold.timed_out():
+            return None, None
+        return first, outputs(out, "the kernel")
+
+
+def probe_case(backend, judge, case) -> str | None:
+    """None when the kernel keeps the contract (or the probe cannot tell); else the reason."""
+    import torch
+
+    from kfray.eval.suite.common import SUITE_SEED, making, set_seed, to_device, to_module
+
+    dev = backend.device
+    with torch.no_grad(), making(judge.spec, dev):
+        set_seed(SUITE_SEED)
+        xs = case.prepare(to_device(case.make_inputs(), dev))
+        set_seed(SUITE_SEED)
+        model = to_module(case.make_new(), dev)
+        if case.remote is not None:
+            first, got = case.remote.probe(model, xs)
+        else:
+            first, got = probe_calls(case, model, xs)
+        if first is None:
             return None
-        got = outputs(out, "the kernel")
         for a, b in zip(first, got):
             if a.shape != b.shape or not torch.allclose(torch.nan_to_num(a), torch.nan_to_num(b),
                                                         rtol=judge.spec.rtol, atol=judge.spec.atol):

@@ -12,6 +12,7 @@ from kfray.candidate import TIER_WRONG_VALUES
 from kfray.eval.suite.common import (KB_PERF_TRIALS, KB_WARMUP, KERNELBENCH, L2_FLUSH_BYTES, RKB, RKB_PERF_TRIALS,
                                      RKB_WARMUP, SUITE_NAMES, SUITE_SEED, Verdict, allclose_reason, gradients,
                                      making, outputs, set_seed, tensors, to_device, to_module)
+from kfray.eval.defences import clock_check
 from kfray.eval.suite.judge import Judge
 from kfray.eval.suite.runners import Case
 from kfray.tasks.suite_spec import SuiteSpec
@@ -64,8 +65,11 @@ def time_case(judge: Judge, clock: Clock, case: Case, seed: int, side: str, warm
     with making(sp, dev):
         set_seed(seed)
         xs = to_device(case.make_inputs(), dev)
+        if side == "new":
+            xs = case.prepare(xs)
         set_seed(seed)
         model = to_module(case.make_new() if side == "new" else case.make_ref(), dev)
+    remote = case.remote if side == "new" and not compiled else None
     call_side = case.call_new if side == "new" else case.call_ref
     if compiled:
         call_side = compiled_reference(case, sp)
@@ -92,7 +96,19 @@ def time_case(judge: Judge, clock: Clock, case: Case, seed: int, side: str, warm
             last[0] = call_side(model, xs)
 
         with torch.no_grad():
-            ts = clock.samples(call, warmup, trials, None, budget_s)
+            if remote is None:
+                ts = clock.samples(call, warmup, trials, None, budget_s)
+            else:                 # the candidate's own times, held against the judge's clock
+                log = remote.start_timing(trials)
+                try:
+                    ts = clock.samples(call, warmup, trials, None, budget_s)
+                finally:
+                    judge.sampled[case.name] = remote.stop_timing()
+                pairs = log[-len(ts):]
+                why = clock_check(pairs, remote.runner.round_trip, remote.overhead)
+                if why:
+                    judge.flags.append(f"configuration {case.name}: {why}")
+                ts = [c for _, c in pairs]
     return ts, (model, xs, last[0])
 
 
@@ -205,6 +221,9 @@ def check_timed(judge: Judge, case: Case, last_new, last_ref) -> None:
     else:
         a, b = outputs(last_ref, "the reference"), outputs(last_new, "the kernel")
         pairs = [(f"output {i}", x, y) for i, (x, y) in enumerate(zip(a, b))]
+    for outs in judge.sampled.pop(case.name, []):      # timed calls the judge kept, at random
+        ref = outputs(last_ref, "the reference")
+        pairs += [(f"output {i} of a timed call", x, y) for i, (x, y) in enumerate(zip(ref, outs))]
     for name, w, g in pairs:
         if g is None:
             raise Verdict(TIER_WRONG_VALUES, f"configuration {case.name}, timed runs: {name} missing")

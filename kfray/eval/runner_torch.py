@@ -1,0 +1,180 @@
+"""The suite forms in a candidate's runner: a KernelBench ModelNew, or a PyTorch extension run
+through its suite's model, built and called here on tensors the judge shares
+(kfray.eval.tensor_wire). The runner makes no input and runs no reference: the judge does both,
+in its own process, and compares what comes back.
+
+Requests: `load_torch` (the kernel and the task's cases), `torch_build` (a candidate model after
+the suite's seed), `torch_inputs` (an input set, shared), `torch_call` (one call: its claimed time
+and its outputs, shared), `torch_state` (the model's parameters and buffers, shared),
+`torch_probe` (the stream probe's call with the current stream held), `torch_release`.
+"""
+from __future__ import annotations
+
+import itertools
+import time
+
+from kfray.eval import wire
+from kfray.eval.tensor_wire import export_tensor, import_tensor
+
+
+class TorchSide:
+    def __init__(self, runner):
+        self.runner = runner
+        self.models: dict[str, tuple] = {}           # key -> (case, model)
+        self.sets: dict[str, list] = {}              # key -> inputs as the judge shared them
+        self.held: dict[int, list] = {}              # output id -> tensors the judge may be mapping
+        self.keep: list = []                         # mappings of shared CPU inputs
+        self._ids = itertools.count(1)
+        self.device = "cpu"
+        self.cases: list = []
+
+    def handle(self, op: str, req: dict, fds: list[int]) -> tuple[dict, list[int]]:
+        try:
+            return getattr(self, op)(req, fds)
+        except Exception as e:
+            import traceback
+
+            msg = str(e).strip().splitlines()
+            return {"error": f"{type(e).__name__}: {msg[0][:600] if msg else ''}\n"
+                             f"{traceback.format_exc(limit=3)[-600:]}"}, []
+
+    # -- requests -------------------------------------------------------------------------------
+    def load_torch(self, req: dict, fds) -> tuple[dict, list]:
+        import torch
+
+        from types import SimpleNamespace
+
+        from kfray.eval.backends.torch_ext import load_suite_kernel
+        from kfray.eval.suite.runners import runner_for
+        from kfray.tasks.suite_spec import RkbConfig, SuiteSpec
+
+        self.device = req["device"]
+        if self.device == "cuda":
+            torch.cuda.set_device(0)
+        torch.backends.cuda.matmul.allow_tf32 = False     # the judge's defaults; the candidate may change its own
+        torch.backends.cudnn.allow_tf32 = False
+        d = dict(req["spec"])
+        d["configs"] = tuple(RkbConfig(**c) for c in d.get("configs", ()))
+        d["flagged"], d["notes"] = tuple(d.get("flagged", ())), tuple(d.get("notes", ()))
+        task = SimpleNamespace(suite=SuiteSpec(**d), param_args=dict(req.get("param_args", {})))
+        kernel = load_suite_kernel(req["artifact"], task, req.get("arch", ""))
+        self.spec = task.suite
+        self.cases = runner_for(task.suite, kernel, task).cases()
+        return {"cases": len(self.cases)}, []
+
+    def torch_build(self, req: dict, fds) -> tuple[dict, list]:
+        from kfray.eval.suite.common import making, set_seed, to_module
+
+        case = self.cases[int(req["case"])]
+        with making(self.spec, self.device):
+            if req.get("seed") is not None:
+                set_seed(int(req["seed"]))
+            model = to_module(case.make_new(), self.device)
+        self.models[str(req["key"])] = (case, model)
+        return {"ok": True}, []
+
+    def torch_inputs(self, req: dict, fds: list[int]) -> tuple[dict, list]:
+        fds = list(fds)
+        xs = []
+        for item in req["items"]:
+            if "t" in item:
+                d = item["t"]
+                mine = [fds.pop(0)] if d.get("kind") == "cpu" else []
+                xs.append(import_tensor(d, mine, self.device, self.keep))
+            else:
+                xs.append(item.get("v"))
+        self.sets[str(req["key"])] = xs
+        return {"ok": True}, []
+
+    def _sync(self) -> None:
+        if self.device == "cuda":
+            import torch
+
+            torch.cuda.synchronize()
+
+    def torch_call(self, req: dict, fds) -> tuple[dict, list]:
+        import torch
+
+        from kfray.eval.suite.common import outputs
+
+        for i in req.get("release", []):
+            self.held.pop(int(i), None)
+        case, model = self.models[str(req["model"])]
+        xs = self.sets[str(req["inputs"])]
+        if req.get("fresh"):              # new tensors every call: nothing to memoise by identity
+            xs = [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
+        self._sync()
+        if self.device == "cuda":
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            with torch.no_grad():
+                res = case.call_new(model, xs)
+            stop.record()
+            stop.synchronize()
+            s = start.elapsed_time(stop) / 1e3
+            torch.cuda.synchronize()
+        else:
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                res = case.call_new(model, xs)
+            s = time.perf_counter() - t0
+        outs = outputs(res, "the kernel")
+        if req.get("slot") is None:
+            return self._export(outs, self.sets[str(req["inputs"])], {"s": s})
+        slot = self.sets[str(req["slot"])]         # a timed call: outputs copied where the judge reads them
+        if len(outs) != len(slot) or any(o.shape != t.shape or o.dtype != t.dtype for o, t in zip(outs, slot)):
+            return {"s": s, "mismatch": "the kernel's outputs changed shape or type between calls"}, []
+        with torch.no_grad():
+            for o, t in zip(outs, slot):
+                t.copy_(o)
+        self._sync()
+        return {"s": s}, []
+
+    def torch_state(self, req: dict, fds) -> tuple[dict, list]:
+        from kfray.eval.suite.judge import state_of
+
+        _, model = self.models[str(req["model"])]
+        state = state_of(model)
+        ans, fds_out = self._export([t.detach() for t in state.values()], [], {"names": list(state)})
+        return ans, fds_out
+
+    def torch_probe(self, req: dict, fds) -> tuple[dict, list]:
+        """The stream probe's two calls (kfray.eval.suite.stream_probe), their outputs shared."""
+        from kfray.eval.suite.stream_probe import probe_calls
+
+        case, model = self.models[str(req["model"])]
+        first, got = probe_calls(case, model, self.sets[str(req["inputs"])])
+        if first is None:
+            return {"n": 0}, []
+        return self._export(list(first) + list(got), [], {"n": len(first)})
+
+    def torch_release(self, req: dict, fds) -> tuple[dict, list]:
+        for i in req.get("ids", []):
+            self.held.pop(int(i), None)
+        return {"ok": True}, []
+
+    # -- outputs out ------------------------------------------------------------------------------
+    def _export(self, outs: list, inputs: list, ans: dict) -> tuple[dict, list]:
+        """Each output shared with the judge (or named as one of its inputs when it is one)."""
+        import torch
+
+        descs, fds_out, hold = [], [], []
+        ptrs = {x.untyped_storage().data_ptr(): i for i, x in enumerate(inputs)
+                if isinstance(x, torch.Tensor) and x.untyped_storage().nbytes()}
+        for t in outs:
+            p = t.untyped_storage().data_ptr() if t.untyped_storage().nbytes() else None
+            if p in ptrs and t.device.type == "cpu":
+                descs.append({"alias": ptrs[p], "dtype": str(t.dtype).removeprefix("torch."),
+                              "shape": list(t.shape), "stride": list(t.stride()), "offset": int(t.storage_offset())})
+                continue
+            d, f, shared = export_tensor(t.detach())
+            descs.append(d)
+            fds_out += f
+            hold.append(shared)
+            hold.append(t)
+        oid = next(self._ids)
+        self.held[oid] = hold
+        ans.update(outputs=descs, id=oid)
+        if len(wire.encode(ans)) > 60000:
+            raise ValueError("too many outputs to describe")
+        return ans, fds_out

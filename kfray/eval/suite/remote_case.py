@@ -1,0 +1,225 @@
+"""The judge's side of a suite-form candidate that runs in its runner (kfray.eval.runner_torch).
+
+The judge keeps its suite's cases as they are for the reference side (inputs, the reference
+model and its call) and swaps the candidate side for proxies: `make_new` builds the candidate's
+model in the runner after the same seed, `call_new` shares the inputs and maps the outputs back,
+`prepare` puts a fresh input set where both processes see it. The judge's checks (suite/judge.py)
+then run unchanged on tensors it owns or maps, and none of them executes a line of the candidate.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import random
+
+from kfray.eval import wire
+from kfray.eval.tensor_wire import export_tensor, import_tensor
+
+SAMPLED_CALLS = 8          # timed calls per configuration whose outputs the judge keeps to check
+
+
+class RemoteModel:
+    """The candidate's model in the runner, as far as the judge's checks look at a model."""
+
+    def __init__(self, kernel: "RemoteKernel", key: str):
+        self.kernel, self.key = kernel, key
+
+    def named_parameters(self):
+        return self.kernel.state(self.key)
+
+    def named_buffers(self):
+        return []
+
+
+class RemoteKernel:
+    def __init__(self, runner, artifact: str, task, device: str, arch: str = ""):
+        self.runner, self.device = runner, device
+        self._keys = itertools.count(1)
+        self._sets: dict[int, tuple[str, list]] = {}      # id(xs) -> (runner key, xs)
+        self._last: list[int] = []                       # runner output ids to release
+        self.timing = False                              # fresh inputs per call, outputs sampled
+        self.sampled: list[list] = []
+        self.slots = None                                # (runner key, judge tensors) of timed outputs
+        self.overhead = 0.0
+        self.rng = random.Random()
+        # The suite's spec as data: the runner rebuilds its cases without loading the task again
+        # (a KernelBench task's load traces its model: seconds, and torch ops a fork must not follow).
+        runner.request({"op": "load_torch", "artifact": artifact, "spec": dataclasses.asdict(task.suite),
+                        "param_args": dict(getattr(task, "param_args", {}) or {}), "device": device,
+                        "arch": arch}, timeout=max(120.0, runner.deadline_s))
+
+    # -- the cases, with their candidate side in the runner -------------------------------------
+    def cases(self, local: list) -> list:
+        out = []
+        for i, c in enumerate(local):
+            out.append(dataclasses.replace(
+                c, make_new=lambda i=i: self.build(i), call_new=self.call, prepare=self.share, remote=self))
+        return out
+
+    def build(self, case: int, seed: int | None = None) -> RemoteModel:
+        """The candidate model of configuration `case`, made in the runner after the current seed
+        (the judge passes the seed it set: the runner's generator is its own)."""
+        from kfray.eval.suite.common import last_seed
+
+        key = f"m{next(self._keys)}"
+        self.runner.request({"op": "torch_build", "key": key, "case": case, "seed": last_seed()})
+        return RemoteModel(self, key)
+
+    def share(self, xs):
+        """The input set where the runner sees it too: CPU tensors moved into shared memory (the
+        judge uses the shared copies from now on), CUDA tensors shared as they are."""
+        import torch
+
+        seq = list(xs) if isinstance(xs, (list, tuple)) else [xs]
+        items, fds, mine = [], [], []
+        for x in seq:
+            if isinstance(x, torch.Tensor):
+                d, f, shared = export_tensor(x.detach() if not x.requires_grad else x)
+                items.append({"t": d})
+                fds += f
+                mine.append(shared)
+            else:
+                items.append({"v": x if isinstance(x, (int, float, str, bool, type(None))) else str(x)})
+                mine.append(x)
+        key = f"x{next(self._keys)}"
+        try:
+            self.runner.request({"op": "torch_inputs", "key": key, "items": items}, fds)
+        finally:
+            import os
+            for fd in fds:
+                os.close(fd)
+        self._sets[id(mine)] = (key, mine)
+        return mine
+
+    def call(self, model: RemoteModel, xs):
+        """One call in the runner: its outputs, mapped from the runner's memory. A timed call's
+        outputs are copied by the runner into slots the judge owns (set up from the first call):
+        every timed call pays the same copy, so none can tell whether the judge will look."""
+        key, _ = self._sets[id(xs)]
+        req = {"op": "torch_call", "model": model.key, "inputs": key, "fresh": self.timing,
+               "release": self._last}
+        self._last = []
+        if self.timing and self.slots is not None:
+            ans, fds = self._timed({**req, "slot": self.slots[0]})
+            for fd in fds:
+                import os
+                os.close(fd)
+            if "mismatch" in ans:
+                raise wire.WireError(wire.text(ans["mismatch"], "mismatch", 200))
+            outs = self.slots[1]
+            if self.rng.random() < self.sample_p:
+                self.sampled.append([o.clone() for o in outs])
+            return tuple(outs)
+        ans, fds = self._timed(req)
+        outs = self._import(ans, fds, xs)
+        if self.timing:
+            self._make_slots(outs, xs)
+        return tuple(outs)
+
+    def _make_slots(self, outs: list, xs) -> None:
+        """Output slots shaped like the first timed call's outputs, shared with the runner, and
+        what the runner's part of a timed call outside the kernel costs here (a clone of the
+        inputs, a copy into the slots), which the outside clock allows for."""
+        import time
+
+        import torch
+
+        slots = [torch.empty_like(o.detach()) for o in outs]
+        shared = self.share(slots)
+        self.slots = (self._sets[id(shared)][0], shared)
+        best = float("inf")
+        for _ in range(3):
+            self._sync()
+            t0 = time.perf_counter()
+            copies = [x.clone() for x in xs if isinstance(x, torch.Tensor)]
+            for s, o in zip(shared, outs):
+                s.copy_(o.detach())
+            self._sync()
+            best = min(best, time.perf_counter() - t0)
+            del copies
+        self.overhead = best
+
+    def _sync(self) -> None:
+        if self.device == "cuda":
+            import torch
+
+            torch.cuda.synchronize()
+
+    def _timed(self, req: dict):
+        import time
+
+        t0 = time.perf_counter()
+        ans, fds = self.runner.request_fds(req)
+        outside = time.perf_counter() - t0
+        self.runner.log.append((outside, wire.number(ans.get("s"), "claimed seconds", 0.0, 1e6)))
+        return ans, fds
+
+    def _import(self, ans: dict, fds: list[int], xs) -> list:
+        import torch
+
+        descs = ans.get("outputs")
+        if not isinstance(descs, list) or len(descs) > 256:
+            raise wire.WireError("the runner's outputs are not a list of tensors")
+        oid = ans.get("id")
+        if isinstance(oid, int):
+            self._last.append(oid)
+        fds = list(fds)
+        outs = []
+        try:
+            for d in descs:
+                if not isinstance(d, dict):
+                    raise wire.WireError("an output descriptor is not an object")
+                if "alias" in d:                      # one of the judge's own inputs, viewed
+                    src = xs[wire.integer(d["alias"], "aliased input", 0, len(xs) - 1)]
+                    if not isinstance(src, torch.Tensor):
+                        raise wire.WireError("an output names an input that is no tensor")
+                    try:
+                        outs.append(src.detach().as_strided(
+                            [wire.integer(v, "dim", 0, 1 << 40) for v in d.get("shape", [])],
+                            [wire.integer(v, "stride", 0, 1 << 44) for v in d.get("stride", [])],
+                            wire.integer(d.get("offset", 0), "offset", 0, 1 << 44)))
+                    except RuntimeError as e:
+                        raise wire.WireError(f"an output view does not fit its input ({e})") from None
+                    continue
+                mine = [fds.pop(0)] if d.get("kind") == "cpu" and fds else []
+                outs.append(import_tensor(d, mine, self.device))
+        finally:
+            import os
+            for fd in fds:
+                os.close(fd)
+        return outs
+
+    def state(self, key: str) -> list:
+        """(name, tensor) of the candidate model's parameters and buffers, mapped from the runner."""
+        ans, fds = self.runner.request_fds({"op": "torch_state", "model": key, "release": []})
+        names = ans.get("names")
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise wire.WireError("the runner's state names are not a list of strings")
+        tensors = self._import(ans, fds, [])
+        if len(tensors) != len(names):
+            raise wire.WireError("the runner's state names and tensors do not match")
+        return list(zip(names, tensors))
+
+    def probe(self, model: RemoteModel, xs) -> tuple[list, list] | tuple[None, None]:
+        """The stream probe's two calls, run in the runner (kfray.eval.suite.stream_probe)."""
+        key, _ = self._sets[id(xs)]
+        ans, fds = self.runner.request_fds({"op": "torch_probe", "model": model.key, "inputs": key})
+        n = wire.integer(ans.get("n", 0), "probe outputs", 0, 128)
+        if not n:
+            return None, None
+        outs = self._import(ans, fds, xs)
+        return outs[:n], outs[n:]
+
+    # -- timing -------------------------------------------------------------------------------
+    def start_timing(self, trials: int) -> list:
+        """From now on every call gets fresh input tensors and some calls' outputs are kept; the
+        log of (judge's seconds, claimed seconds) per call, emptied."""
+        self.timing, self.sampled, self.slots, self.overhead = True, [], None, 0.0
+        self.sample_p = min(1.0, SAMPLED_CALLS / max(1, trials))
+        self.runner.log.clear()
+        return self.runner.log
+
+    def stop_timing(self) -> list:
+        self.timing, self.slots = False, None
+        out, self.sampled = self.sampled, []
+        return out
