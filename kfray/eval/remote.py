@@ -45,8 +45,9 @@ class RemoteRunner:
         if self.sock is None:
             raise RunnerFailed("the candidate's process is gone")
         got: list[int] = []
+        seq = int.from_bytes(os.urandom(6), "little")     # echoed: an answer written ahead is out of turn
         try:
-            wire.send(self.sock, obj, fds)
+            wire.send(self.sock, {**obj, "seq": seq}, fds)
             if want_fds:
                 ans, got = wire.recv(self.sock, timeout=timeout or self.deadline_s, max_bytes=MAX_ANSWER,
                                      want_fds=True)
@@ -64,6 +65,12 @@ class RemoteRunner:
             why = self._exit_reason()
             self.close()
             raise RunnerFailed(why) from None
+        if ans.get("seq") != seq:
+            for fd in got:
+                os.close(fd)
+            self.close()
+            raise RunnerFailed("the kernel's process answered out of turn (an answer that was not the one asked "
+                               "for: something in it wrote to the judge's wire); refused [kfray rule: data-only wire]")
         if "error" in ans:
             for fd in got:
                 os.close(fd)
@@ -113,8 +120,7 @@ class RemoteRunner:
         t0 = time.perf_counter()
         ans = self.request(obj)
         outside = time.perf_counter() - t0
-        claim = wire.number(ans.get("s"), "claimed seconds", 0.0, 1e6)
-        self.log.append((outside, claim))
+        self.log.append((outside, claimed(ans)))
         return ans
 
     def close(self) -> None:
@@ -147,6 +153,15 @@ class RemoteKernel:
 
 def _scalar(v):
     return v.item() if hasattr(v, "item") else v
+
+
+def claimed(ans: dict) -> float:
+    """The seconds an answer claims for its call; one that no clock could give is refused."""
+    try:
+        return wire.number(ans.get("s"), "claimed seconds", 0.0, 1e6)
+    except wire.WireError as e:
+        raise RunnerFailed(f"the kernel's process claimed an impossible time for a call ({e}) "
+                           "[kfray rule: outside clock]") from None
 
 
 def claimed_times(fn) -> list | None:

@@ -91,6 +91,7 @@ class Runner:
             except (EOFError, OSError, wire.WireError):
                 return
             op = req.get("op")
+            seq = req.get("seq")
             try:
                 if op == "map":
                     out = self.op_map(req, fds)
@@ -108,7 +109,7 @@ class Runner:
                         from kfray.eval.runner_torch import TorchSide
                         self.torch = TorchSide(self)
                     out, fds_out = self.torch.handle(op, req, fds)
-                    wire.send(self.sock, out, fds_out)
+                    wire.send(self.sock, {**out, "seq": seq}, fds_out)
                     for fd in fds_out:
                         os.close(fd)
                     continue
@@ -121,7 +122,7 @@ class Runner:
             except Exception as e:
                 out = {"error": f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)[-800:]}"}
             try:
-                wire.send(self.sock, out)
+                wire.send(self.sock, {**out, "seq": seq})
             except OSError:
                 return
 

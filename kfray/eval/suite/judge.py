@@ -69,7 +69,8 @@ class Judge:
         self.device = backend.device
         self.max_diff = 0.0
         self.flags: list[str] = []                  # timing the judge's clock cannot account for
-        self.sampled: dict[str, list] = {}          # configuration -> outputs of timed calls kept
+        self.sampled: dict[str, list] = {}          # configuration -> (input set, outputs) of timed calls kept
+        self.rotation: dict[str, list] = {}         # configuration -> the input sets timed calls alternate
 
     def sync(self) -> None:
         self.backend.synchronize()

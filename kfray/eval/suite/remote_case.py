@@ -13,6 +13,7 @@ import itertools
 import random
 
 from kfray.eval import wire
+from kfray.eval.remote import claimed
 from kfray.eval.tensor_wire import export_tensor, import_tensor
 
 SAMPLED_CALLS = 8          # timed calls per configuration whose outputs the judge keeps to check
@@ -40,6 +41,9 @@ class RemoteKernel:
         self.timing = False                              # fresh inputs per call, outputs sampled
         self.sampled: list[list] = []
         self.slots = None                                # (runner key, judge tensors) of timed outputs
+        self.rotation: list = []                         # input sets timed calls alternate
+        self.calls = 0
+        self.last_idx = 0
         self.overhead = 0.0
         self.rng = random.Random()
         # The suite's spec as data: the runner rebuilds its cases without loading the task again
@@ -95,6 +99,12 @@ class RemoteKernel:
         """One call in the runner: its outputs, mapped from the runner's memory. A timed call's
         outputs are copied by the runner into slots the judge owns (set up from the first call):
         every timed call pays the same copy, so none can tell whether the judge will look."""
+        idx = 0
+        if self.timing and self.rotation:
+            idx = self.calls % len(self.rotation)
+            self.calls += 1
+            xs = self.rotation[idx]
+        self.last_idx = idx
         key, _ = self._sets[id(xs)]
         req = {"op": "torch_call", "model": model.key, "inputs": key, "fresh": self.timing,
                "release": self._last}
@@ -108,7 +118,7 @@ class RemoteKernel:
                 raise wire.WireError(wire.text(ans["mismatch"], "mismatch", 200))
             outs = self.slots[1]
             if self.rng.random() < self.sample_p:
-                self.sampled.append([o.clone() for o in outs])
+                self.sampled.append((idx, [o.clone() for o in outs]))
             return tuple(outs)
         ans, fds = self._timed(req)
         outs = self._import(ans, fds, xs)
@@ -151,7 +161,7 @@ class RemoteKernel:
         t0 = time.perf_counter()
         ans, fds = self.runner.request_fds(req)
         outside = time.perf_counter() - t0
-        self.runner.log.append((outside, wire.number(ans.get("s"), "claimed seconds", 0.0, 1e6)))
+        self.runner.log.append((outside, claimed(ans)))
         return ans, fds
 
     def _import(self, ans: dict, fds: list[int], xs) -> list:
@@ -214,12 +224,12 @@ class RemoteKernel:
     def start_timing(self, trials: int) -> list:
         """From now on every call gets fresh input tensors and some calls' outputs are kept; the
         log of (judge's seconds, claimed seconds) per call, emptied."""
-        self.timing, self.sampled, self.slots, self.overhead = True, [], None, 0.0
+        self.timing, self.sampled, self.slots, self.overhead, self.calls = True, [], None, 0.0, 0
         self.sample_p = min(1.0, SAMPLED_CALLS / max(1, trials))
         self.runner.log.clear()
         return self.runner.log
 
     def stop_timing(self) -> list:
-        self.timing, self.slots = False, None
+        self.timing, self.slots, self.rotation = False, None, []
         out, self.sampled = self.sampled, []
         return out

