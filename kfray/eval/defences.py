@@ -7,8 +7,9 @@ which path has each, and `kfray doctor` / the README print it.
 
 Paths: `kf_forward` (kfray's own form, the cpu backend: candidate in its runner), `suite`
 (KernelBench / robust-kbench forms, torch_ext_cpu and torch_ext_cuda: candidate in its runner),
-`in_judge` (backends that cannot run a candidate apart yet: cuda kf_forward through CuPy, SYCL;
-the judge that ran a candidate is recycled after it).
+`in_judge` (backends and forms that cannot run a candidate apart yet: cuda kf_forward through
+CuPy, SYCL, robust-kbench backward tasks; kfray.eval.state_check recycles such a judge when the
+candidate changed anything it can see).
 """
 from __future__ import annotations
 
@@ -24,8 +25,9 @@ DEFENCES: list[tuple[str, str, tuple[str, ...]]] = [
      "(inputs, reference, comparison and its timing live in the judge, which never loads a candidate)",
      ("kf_forward", "suite")),
     ("fresh process per candidate", "state left for the next candidate: flags, patched functions, threads, "
-     "sys.modules (runners fork from a clean zygote; the in-judge path recycles the judge)",
-     ("kf_forward", "suite", "in_judge")),
+     "sys.modules (runners fork from a clean zygote)", ("kf_forward", "suite")),
+    ("state check of the judge", "the same, where the candidate ran in the judge: its state is fingerprinted "
+     "before the candidate loads and the judge is recycled on any change", ("in_judge",)),
     ("outside clock", "faked times: the judge times every call from its side of the wire and flags a "
      "claim that its clock cannot account for", ("kf_forward", "suite")),
     ("candidate paused while the reference is timed", "a kernel loading the machine to slow the reference",

@@ -104,7 +104,7 @@ class Runner:
                 elif op == "load_cdll":
                     out = self.op_load_cdll(req)
                 elif op in ("load_torch", "torch_build", "torch_inputs", "torch_call", "torch_state", "torch_probe",
-                            "torch_release"):
+                            "torch_release", "torch_set_state"):
                     if self.torch is None:
                         from kfray.eval.runner_torch import TorchSide
                         self.torch = TorchSide(self)

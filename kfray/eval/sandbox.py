@@ -122,12 +122,14 @@ def _worker_main(sock: socket.socket, backend_name: str, cfg, memory_mb: int) ->
             return
         if job.get("op") == "exit":
             return
+        seq = job.pop("seq", None)
         result = _run_one(backend, spawner, arena, job, load_task)
         _end_strays(spawner.pid if spawner else 0)
         try:
-            wire.send(sock, result)
+            wire.send(sock, {**result, "seq": seq})
         except (TypeError, ValueError, wire.WireError) as e:
-            wire.send(sock, {"tier": TIER_RUNTIME_ERROR, "reason": f"the judge's result could not be sent ({e})"})
+            wire.send(sock, {"tier": TIER_RUNTIME_ERROR, "reason": f"the judge's result could not be sent ({e})",
+                             "seq": seq})
 
 
 def _splits(backend_name: str) -> bool:
@@ -140,6 +142,7 @@ def _run_one(backend, spawner, arena, job: dict, load_task) -> dict:
     """One candidate: loaded in its own runner (or, for a backend that cannot split, here, after
     which this judge is recycled), then checked and timed."""
     from kfray.eval.remote import RemoteRunner, RunnerFailed
+    from kfray.eval.state_check import changes, fingerprint
 
     runner = None
     try:
@@ -152,13 +155,17 @@ def _run_one(backend, spawner, arena, job: dict, load_task) -> dict:
                 runner.close()
                 runner = None
         in_judge = fn is None
-        if in_judge:
+        if in_judge:                          # fingerprinted first: what it changes recycles this judge
+            before = fingerprint()
             fn = backend.load(job["artifact"], task)
         result = backend.run_job(fn, task, job)
         if runner is not None:
             result.setdefault("facts", {})["runner_round_trip_us"] = round(runner.round_trip[0] * 1e6, 1)
         if in_judge:
-            result["recycle"] = True          # candidate code ran in this judge: none of it stays
+            changed = changes(before, fingerprint(), lambda m: m.startswith(("kf_ext_", "kfray_user_")))
+            if changed:
+                result["recycle"] = True
+                result.setdefault("facts", {})["state_changed"] = changed[:5]
     except RunnerFailed as e:
         result = {"tier": TIER_RUNTIME_ERROR, "reason": str(e)}
     except MemoryError:
@@ -250,8 +257,9 @@ class Sandbox:
             self._start()
         t0 = time.perf_counter()
         try:
-            wire.send(self.conn, {**job, "call_deadline_s": timeout})
-            result = checked_result(wire.recv(self.conn, timeout=timeout))
+            seq = int.from_bytes(os.urandom(6), "little")
+            wire.send(self.conn, {**job, "call_deadline_s": timeout, "seq": seq})
+            result = checked_result(wire.recv(self.conn, timeout=timeout), seq)
         except TimeoutError:
             self.kill()
             return {"tier": TIER_RUNTIME_ERROR, "reason": f"timeout: no result after {timeout:.0f} s "
@@ -326,9 +334,12 @@ _RESULT_FIELDS = {"tier": int, "reason": str, "times": dict, "ref_times": dict, 
                   "facts": dict, "stage_seconds": dict, "recycle": bool}
 
 
-def checked_result(out: dict) -> dict:
-    """The judge's answer held to the result's form: known fields of the right types, a tier in
-    range, times that are numbers (a forged or broken answer is refused, never recorded)."""
+def checked_result(out: dict, seq: int | None = None) -> dict:
+    """The judge's answer held to the result's form: the job's own sequence number, known fields
+    of the right types, a tier in range, times that are numbers (a forged or broken answer is
+    refused, never recorded)."""
+    if seq is not None and out.pop("seq", None) != seq:
+        raise wire.WireError("an answer out of turn (not the one asked for)")
     wire.fields(out, _RESULT_FIELDS, "sandbox result")
     wire.integer(out.get("tier"), "tier", 0, 5)
     for key in ("times", "ref_times", "stage_seconds"):

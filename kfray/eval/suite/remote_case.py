@@ -210,6 +210,13 @@ class RemoteKernel:
             raise wire.WireError("the runner's state names and tensors do not match")
         return list(zip(names, tensors))
 
+    def set_state(self, model: RemoteModel, state: dict) -> None:
+        """Copy the judge's tensors into the candidate model's state of the same names."""
+        names = list(state)
+        shared = self.share([t.detach() for t in state.values()])
+        key, _ = self._sets.pop(id(shared))
+        self.runner.request({"op": "torch_set_state", "model": model.key, "names": names, "inputs": key})
+
     def probe(self, model: RemoteModel, xs) -> tuple[list, list] | tuple[None, None]:
         """The stream probe's two calls, run in the runner (kfray.eval.suite.stream_probe)."""
         key, _ = self._sets[id(xs)]

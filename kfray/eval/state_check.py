@@ -1,0 +1,80 @@
+"""What a judge that ran a candidate in its own process checks before it judges the next one.
+
+Backends that cannot run a candidate apart yet (kfray.eval.defences: the `in_judge` path) load it
+in the judge. Restarting that judge after every candidate would cost a CUDA context each time, so
+the judge takes a fingerprint of what a candidate could change before the candidate loads and
+compares it after: the clocks and every public function of time, os, numpy, cupy and torch (by
+identity), torch's global flags, the environment, the modules loaded and the threads running.
+Any difference recycles the judge, and the result says what changed.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+_MODULES = ("time", "os", "math", "numpy", "cupy", "torch", "torch.nn.functional", "torch.cuda", "ctypes")
+
+
+def _functions(mod) -> dict[str, int]:
+    out = {}
+    for name in dir(mod):
+        if name.startswith("__"):
+            continue
+        try:
+            v = getattr(mod, name)
+        except Exception:
+            continue
+        if callable(v):
+            out[name] = id(v)
+    return out
+
+
+def _torch_flags() -> dict[str, object]:
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return {}
+    b = torch.backends
+    flags = {"matmul.allow_tf32": b.cuda.matmul.allow_tf32, "cudnn.allow_tf32": b.cudnn.allow_tf32,
+             "cudnn.benchmark": b.cudnn.benchmark, "cudnn.deterministic": b.cudnn.deterministic,
+             "fp16_reduced": b.cuda.matmul.allow_fp16_reduced_precision_reduction,
+             "float32_matmul_precision": torch.get_float32_matmul_precision(),
+             "deterministic": torch.are_deterministic_algorithms_enabled(), "threads": torch.get_num_threads(),
+             "grad": torch.is_grad_enabled(), "default_dtype": str(torch.get_default_dtype())}
+    flags["tensor"] = sum(id(getattr(torch.Tensor, n, None)) for n in dir(torch.Tensor) if not n.startswith("__"))
+    flags["event.elapsed_time"] = id(getattr(getattr(torch.cuda, "Event", None), "elapsed_time", None))
+    return flags
+
+
+def fingerprint() -> dict[str, object]:
+    fp: dict[str, object] = {"modules": frozenset(sys.modules), "threads": threading.active_count(),
+                             "environ": hash(frozenset(os.environ.items())), "torch": _torch_flags()}
+    for name in _MODULES:
+        mod = sys.modules.get(name)
+        if mod is not None:
+            fp[f"fn:{name}"] = _functions(mod)
+    return fp
+
+
+def changes(before: dict, after: dict, own_modules=lambda name: False) -> list[str]:
+    """What differs between two fingerprints (new modules the candidate itself is made of, as
+    `own_modules` says, are expected)."""
+    out = []
+    gone = before["modules"] - after["modules"]
+    new = {m for m in after["modules"] - before["modules"] if not own_modules(m)}
+    if gone or new:
+        out.append(f"modules loaded or removed: {sorted(gone | new)[:5]}")
+    if after["threads"] > before["threads"]:
+        out.append(f"{after['threads'] - before['threads']} thread(s) left running")
+    if after["environ"] != before["environ"]:
+        out.append("the environment changed")
+    for k, v in before["torch"].items():
+        if after["torch"].get(k) != v:
+            out.append(f"torch {k} changed")
+    for k, v in before.items():
+        if k.startswith("fn:"):
+            now = after.get(k, {})
+            moved = [n for n, i in v.items() if now.get(n) != i]
+            if moved:
+                out.append(f"{k[3:]}.{moved[0]} replaced" + (f" (and {len(moved) - 1} more)" if len(moved) > 1 else ""))
+    return out

@@ -1,0 +1,95 @@
+"""The split judge on a real GPU: ModelNew files that hack the way a CUDA harness times and judges
+(flags flipped in the constructor, CUDA events patched, a slowed reference function, results kept
+by address) and a BatchNorm model in training mode as its own kernel. Pure PyTorch, so no build;
+skipped where PyTorch sees no CUDA device."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="PyTorch sees no GPU")]
+
+from test_judge_apart import CLOCK_PATCH, MEMO, MEMO_BODY, SLOW_RELU, modelnew  # noqa: E402
+
+PROBLEMS = {
+    "relu": ("torch.relu(x)", "def get_inputs():\n    return [torch.randn(32768, 32768)]\n", "x"),
+    "matmul": ("torch.matmul(A, B)", "N = 4096\n\ndef get_inputs():\n    return [torch.rand(N, N), torch.rand(N, N)]\n",
+               "A, B"),
+}
+
+
+def problem(tmp_path: Path, name: str) -> str:
+    expr, inputs, args = PROBLEMS[name]
+    d = tmp_path / "kb" / "level1"
+    d.mkdir(parents=True, exist_ok=True)
+    p = d / f"1_{name}.py"
+    p.write_text(f"import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+                 f"        super().__init__()\n\n    def forward(self, {args}):\n        return {expr}\n\n\n"
+                 f"{inputs}\n\ndef get_init_inputs():\n    return []\n")
+    return f"kernelbench:{p}"
+
+
+def _verify(task: str, kernel: Path, cache: Path):
+    from kfray.verify import verify
+
+    res, backend = verify(task, str(kernel), None, [f"eval.cache_dir={cache}", "eval.suite_perf_trials=20"])
+    assert backend == "torch_ext_cuda"
+    return res
+
+
+def _trusted(r) -> bool:
+    return r.tier == 5 and not r.facts.get("untrusted")
+
+
+def test_tf32_flipped_in_the_constructor_does_not_reach_the_reference(tmp_path):
+    k = modelnew(tmp_path, "tf32", body="        return torch.matmul(A, B)",
+                 init="        torch.backends.cuda.matmul.allow_tf32 = True\n")
+    k.write_text(k.read_text().replace("def forward(self, x)", "def forward(self, A, B)"))
+    r = _verify(problem(tmp_path, "matmul"), k, tmp_path / "cache")
+    # The reference stays fp32 in the judge: TF32 is then either outside the tolerance or, where
+    # it passes, a speedup of the kernel's own (the reference is not slowed down with it).
+    if _trusted(r):
+        assert r.facts["suite"]["ref_avg_mean_ms"] > 0.8 * r.facts["suite"]["avg_mean_ms"] or \
+            r.facts["suite"]["speedup"] > 1.5, r.facts["suite"]
+
+
+def test_patched_cuda_events_are_flagged_by_the_judges_clock(tmp_path):
+    patch = CLOCK_PATCH.replace("\\n", "\n") + (
+        "_et = torch.cuda.Event.elapsed_time\n"
+        "torch.cuda.Event.elapsed_time = lambda self, end: _et(self, end) * 0.01\n")
+    k = modelnew(tmp_path, "events", prelude=patch)
+    r = _verify(problem(tmp_path, "relu"), k, tmp_path / "cache")
+    assert r.tier == 5, r.reason
+    assert "outside clock" in r.facts.get("untrusted", ""), f"faked times believed: {r.facts.get('suite')}"
+
+
+def test_a_slowed_reference_function_gains_nothing(tmp_path):
+    k = modelnew(tmp_path, "slowref", prelude=SLOW_RELU)
+    r = _verify(problem(tmp_path, "relu"), k, tmp_path / "cache")
+    assert r.tier == 5, r.reason
+    assert r.facts["suite"]["speedup"] < 2.0, r.facts["suite"]
+
+
+def test_results_kept_by_address_gain_nothing(tmp_path):
+    k = modelnew(tmp_path, "memo", init=MEMO, body=MEMO_BODY)
+    r = _verify(problem(tmp_path, "relu"), k, tmp_path / "cache")
+    assert not (_trusted(r) and r.facts["suite"]["speedup"] > 3.0), r.facts.get("suite")
+
+
+def test_batchnorm_in_training_mode_passes_as_its_own_kernel(tmp_path):
+    d = tmp_path / "kb" / "level1"
+    d.mkdir(parents=True, exist_ok=True)
+    p = d / "33_BatchNorm.py"
+    p.write_text("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+                 "    def __init__(self, num_features):\n        super().__init__()\n"
+                 "        self.bn = nn.BatchNorm2d(num_features=num_features)\n\n"
+                 "    def forward(self, x):\n        return self.bn(x)\n\n\n"
+                 "def get_inputs():\n    return [torch.randn(64, 64, 256, 256)]\n\n\n"
+                 "def get_init_inputs():\n    return [64]\n")
+    k = tmp_path / "bn_new.py"
+    k.write_text(p.read_text().replace("class Model(", "class ModelNew("))
+    r = _verify(f"kernelbench:{p}", k, tmp_path / "cache")
+    assert _trusted(r), r.reason
+    assert 0.7 < r.facts["suite"]["speedup"] < 1.4, r.facts["suite"]
