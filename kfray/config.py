@@ -86,6 +86,9 @@ class EvalConfig:
                                      # KernelBench 100, robust-kbench 1000)
     suite_time_budget_s: float = 0.0 # suite tasks: stop a side's timing after this long (at least 5
                                      # samples; 0: no limit), for problems of many milliseconds
+    slow_factor: float = 20.0        # suite tasks: a call slower than the reference's by this factor is a
+                                     # timeout (the limits follow the reference's own measured time)
+    max_timeout_s: float = 1800.0    # suite tasks: the most a job's limit grows to for a slow reference
     suite_baseline: str = ""         # KernelBench tasks: its published baseline_time_torch*.json, for a
                                      # speedup against KernelBench's own eager time as well
     suite_flags: bool = True         # suite tasks: build with the suite's own flags (robust-kbench:

@@ -75,7 +75,8 @@ class Evaluator:
                "max_repeats": self.cfg.max_repeats, "min_time": self.cfg.min_time_s,
                "cache_bytes": int(self.backend.device_facts().get("cache_bytes", 32 << 20)),
                "torch_compile": bool(self.cfg.torch_compile and hasattr(task, "param_args")),
-               "suite_perf_trials": self.cfg.suite_perf_trials, "suite_time_budget_s": self.cfg.suite_time_budget_s}
+               "suite_perf_trials": self.cfg.suite_perf_trials, "suite_time_budget_s": self.cfg.suite_time_budget_s,
+               "slow_factor": self.cfg.slow_factor, "max_timeout_s": self.cfg.max_timeout_s}
         with self.device_lock:
             t_dev = time.perf_counter()
             try:

@@ -16,6 +16,44 @@ from kfray.eval.suite.timing import measure, peak_memory
 from kfray.tasks.suite_spec import SuiteSpec
 
 
+CALLS_PER_SIDE = 12       # calls of each side outside the timing: suite trials, kfray's, the probe
+
+
+def size_limits(judge: Judge, cases: list, kernel: Any, job: dict) -> None:
+    """Time limits that follow the reference's own time: one reference call is timed first; a
+    runner's call may take `slow_factor` times that (at least 10 s) before it is charged as a
+    timeout, and the job asks its evaluator for the time both sides need (up to max_timeout_s)."""
+    import torch
+
+    from kfray.eval.suite.common import SUITE_SEED, making, set_seed, tensors, to_device, to_module
+
+    extend = job.get("extend")
+    factor = float(job.get("slow_factor") or 20.0)
+    if extend is None and getattr(kernel, "runner", None) is None:
+        return
+    case, sp, dev = cases[0], judge.spec, judge.device
+    grad = torch.enable_grad() if sp.direction == "backward" else torch.no_grad()
+    with grad, making(sp, dev):
+        set_seed(SUITE_SEED)
+        xs = to_device(case.make_inputs(), dev)
+        set_seed(SUITE_SEED)
+        model = to_module(case.make_ref(), dev)
+        judge.sync()
+        t0 = time.perf_counter()
+        out = case.call_ref(model, xs)
+        judge.sync()
+        ref_s = time.perf_counter() - t0
+        del out, xs, model
+    judge.ref_call_s = ref_s
+    runner = getattr(kernel, "runner", None)
+    if runner is not None:
+        kernel.call_limit = (max(10.0, factor * ref_s), factor, ref_s)
+    if extend is not None:
+        trials = int(job.get("suite_perf_trials") or 100) + 10
+        need = len(cases) * ref_s * (CALLS_PER_SIDE + trials) * (2 + factor / 4)
+        extend(float(job.get("call_deadline_s") or 0.0) + need)
+
+
 def run_suite_job(backend, kernel: Any, task, job: dict) -> dict:
     """Verdict and figures of a suite-form kernel on a suite task; a plain result dict."""
     import torch
@@ -33,6 +71,7 @@ def run_suite_job(backend, kernel: Any, task, job: dict) -> dict:
         else:
             cases = runner_for(spec, kernel, task).cases()
         judge = Judge(backend, spec, rng)
+        size_limits(judge, cases, kernel, job)
         judge.suite_trials(cases)
         stages["correctness"] = time.perf_counter() - t0
         if backend.device == "cuda" and spec.direction == "forward":

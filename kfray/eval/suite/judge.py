@@ -95,8 +95,7 @@ class Judge:
         self.device = backend.device
         self.max_diff = 0.0
         self.flags: list[str] = []                  # timing the judge's clock cannot account for
-        self.sampled: dict[str, list] = {}          # configuration -> (input set, outputs) of timed calls kept
-        self.rotation: dict[str, list] = {}         # configuration -> the input sets timed calls alternate
+
 
     def sync(self) -> None:
         self.backend.synchronize()
@@ -163,6 +162,18 @@ class Judge:
                             f"{SUITE_NAMES[sp.kind]}'s rule"
                         call = f", call {k + 1}" if len(calls) > 1 else ""
                         raise Verdict(TIER_WRONG_VALUES, f"{tag}{call}: {why} [{rule}]")
+
+    def check_timed_call(self, config: str, idx: int, want: list, got: list) -> None:
+        """A timed call the judge kept, at random, against the reference on the same input set."""
+        if len(got) != len(want):
+            raise Verdict(TIER_WRONG_SHAPE, f"configuration {config}: a timed call returned {len(got)} tensors, "
+                          f"the reference {len(want)}")
+        for i, (w, g) in enumerate(zip(want, got)):
+            why = allclose_reason(w, g, self.spec.rtol, self.spec.atol, f"output {i}", broadcast=self.spec.kind == RKB)
+            if why:
+                raise Verdict(TIER_WRONG_VALUES, f"configuration {config}, a timed call on input set {idx}: {why}; "
+                              "the kernel must compute its result on every call, from the inputs it is given "
+                              "[kfray rule: spot checks of timed calls]")
 
     def _params_as_reference(self, new, before: dict, ref, tag: str) -> None:
         bad = unexplained_change(new, before, ref, self.spec.rtol, self.spec.atol)

@@ -39,8 +39,9 @@ class RemoteKernel:
         self._sets: dict[int, tuple[str, list]] = {}      # id(xs) -> (runner key, xs)
         self._last: list[int] = []                       # runner output ids to release
         self.timing = False                              # fresh inputs per call, outputs sampled
-        self.sampled: list[list] = []
         self.slots = None                                # (runner key, judge tensors) of timed outputs
+        self.check = None                                # (input set, outputs) -> raises when wrong
+        self.call_limit = None                           # (seconds, factor, reference seconds) of one call
         self.rotation: list = []                         # input sets timed calls alternate
         self.calls = 0
         self.last_idx = 0
@@ -117,8 +118,8 @@ class RemoteKernel:
             if "mismatch" in ans:
                 raise wire.WireError(wire.text(ans["mismatch"], "mismatch", 200))
             outs = self.slots[1]
-            if self.rng.random() < self.sample_p:
-                self.sampled.append((idx, [o.clone() for o in outs]))
+            if self.check is not None and self.rng.random() < self.sample_p:
+                self.check(idx, outs)
             return tuple(outs)
         ans, fds = self._timed(req)
         outs = self._import(ans, fds, xs)
@@ -158,8 +159,19 @@ class RemoteKernel:
     def _timed(self, req: dict):
         import time
 
+        from kfray.eval.remote import RunnerFailed
+
         t0 = time.perf_counter()
-        ans, fds = self.runner.request_fds(req)
+        limit = self.call_limit[0] if self.call_limit else None
+        try:
+            ans, fds = self.runner.request_fds(req, timeout=limit)
+        except RunnerFailed as e:
+            if self.call_limit and "gave no answer" in str(e):
+                lim, factor, ref_s = self.call_limit
+                raise RunnerFailed(f"timeout: one call of the kernel took over {lim:.3g} s, more than {factor:g}x its "
+                                   f"reference's {ref_s:.3g} s (eval.slow_factor) [kfray rule: time limit sized to the "
+                                   "reference]") from None
+            raise
         outside = time.perf_counter() - t0
         self.runner.log.append((outside, claimed(ans)))
         return ans, fds
@@ -231,12 +243,10 @@ class RemoteKernel:
     def start_timing(self, trials: int) -> list:
         """From now on every call gets fresh input tensors and some calls' outputs are kept; the
         log of (judge's seconds, claimed seconds) per call, emptied."""
-        self.timing, self.sampled, self.slots, self.overhead, self.calls = True, [], None, 0.0, 0
+        self.timing, self.slots, self.overhead, self.calls = True, None, 0.0, 0
         self.sample_p = min(1.0, SAMPLED_CALLS / max(1, trials))
         self.runner.log.clear()
         return self.runner.log
 
     def stop_timing(self) -> list:
-        self.timing, self.slots, self.rotation = False, None, []
-        out, self.sampled = self.sampled, []
-        return out
+        self.timing, self.slots, self.rotation, self.check = False, None, [], None
