@@ -79,7 +79,7 @@ def test_hang_times_out_and_the_evaluator_carries_on(evaluator):
         r = _eval(evaluator, "#include <cstdint>\n" + SIG + "{ while (true) { asm volatile(\"\"); } return 0; }")
         elapsed = time.time() - t0
         assert r.tier == 2 and "timeout: no result after 3 s" in r.reason, r.reason
-        assert r.facts.get("sandbox_recycled") is True, "the hung worker must be killed and replaced"
+        assert "killed" in r.reason, "the hung kernel's process must be killed"
         assert 3 <= elapsed < 20, elapsed       # it waited the whole timeout, and no longer than needed
     finally:
         evaluator.cfg.timeout_s = 20

@@ -55,8 +55,9 @@ class RemoteRunner:
                 ans = wire.recv(self.sock, timeout=timeout or self.deadline_s, max_bytes=MAX_ANSWER)
         except TimeoutError:
             self.close()
-            raise RunnerFailed(f"the kernel's process gave no answer within {timeout or self.deadline_s:.0f} s "
-                               "(it hangs or is far too slow)") from None
+            raise RunnerFailed(f"timeout: no result after {timeout or self.deadline_s:.0f} s from the kernel's "
+                               "process, which was killed (the kernel hangs or is far too slow; eval.timeout_s "
+                               "raises the limit)") from None
         except wire.WireError as e:
             self.close()
             raise RunnerFailed(f"the kernel's process wrote to the judge's wire out of form ({e}); the answer "

@@ -166,7 +166,7 @@ class RemoteKernel:
         try:
             ans, fds = self.runner.request_fds(req, timeout=limit)
         except RunnerFailed as e:
-            if self.call_limit and "gave no answer" in str(e):
+            if self.call_limit and str(e).startswith("timeout: no result"):
                 lim, factor, ref_s = self.call_limit
                 raise RunnerFailed(f"timeout: one call of the kernel took over {lim:.3g} s, more than {factor:g}x its "
                                    f"reference's {ref_s:.3g} s (eval.slow_factor) [kfray rule: time limit sized to the "
