@@ -341,3 +341,33 @@ def test_control_a_patch_reaches_what_runs_next_in_the_same_process(tmp_path):
             "torch.clamp_min(torch.ones(2), 0.0)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "left behind" in out.stderr
+
+
+def test_input_sets_the_judge_lets_go_of_leave_the_runner_too(tmp_path):
+    """Full-size sets are many GiB: a set must not outlive its trial in either process."""
+    import gc
+
+    from kfray.eval.remote import RemoteRunner
+    from kfray.eval.spawner import Spawner
+    from kfray.eval.suite.remote_case import RemoteKernel
+    from kfray.tasks import load_task
+
+    task = load_task(problem(tmp_path, 8))
+    k = modelnew(tmp_path, "plain")
+    spawner = Spawner()
+    runner = RemoteRunner(spawner)
+    try:
+        kernel = RemoteKernel(runner, str(k), task, "cpu")
+
+        def mapped() -> int:
+            return Path(f"/proc/{runner.pid}/maps").read_text().count("kfray-tensor")
+
+        for _ in range(20):
+            xs = kernel.share([torch.randn(256, 1024)])      # 1 MiB each
+            del xs
+            gc.collect()
+        kernel.share([torch.randn(4)])                         # the next request carries the drops
+        assert mapped() <= 3, f"{mapped()} shared input buffers are still mapped in the runner"
+    finally:
+        runner.close()
+        spawner.close()

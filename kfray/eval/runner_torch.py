@@ -23,12 +23,13 @@ class TorchSide:
         self.models: dict[str, tuple] = {}           # key -> (case, model)
         self.sets: dict[str, list] = {}              # key -> inputs as the judge shared them
         self.held: dict[int, list] = {}              # output id -> tensors the judge may be mapping
-        self.keep: list = []                         # mappings of shared CPU inputs
         self._ids = itertools.count(1)
         self.device = "cpu"
         self.cases: list = []
 
     def handle(self, op: str, req: dict, fds: list[int]) -> tuple[dict, list[int]]:
+        for key in req.get("drop", []):          # input sets the judge let go of
+            self.sets.pop(str(key), None)
         try:
             return getattr(self, op)(req, fds)
         except Exception as e:
@@ -80,7 +81,7 @@ class TorchSide:
             if "t" in item:
                 d = item["t"]
                 mine = [fds.pop(0)] if d.get("kind") == "cpu" else []
-                xs.append(import_tensor(d, mine, self.device, self.keep))
+                xs.append(import_tensor(d, mine, self.device))     # the tensor keeps its mapping
             else:
                 xs.append(item.get("v"))
         self.sets[str(req["key"])] = xs
@@ -144,7 +145,7 @@ class TorchSide:
         from kfray.eval.suite.judge import plain_name, state_of
 
         _, model = self.models[str(req["model"])]
-        given = dict(zip(req["names"], self.sets.pop(str(req["inputs"]))))
+        given = dict(zip(req["names"], self.sets[str(req["inputs"])]))
         with torch.no_grad():
             for n, t in state_of(model).items():
                 r = given.get(plain_name(n))

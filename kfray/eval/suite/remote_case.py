@@ -11,12 +11,20 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import random
+import weakref
 
 from kfray.eval import wire
 from kfray.eval.remote import claimed
 from kfray.eval.tensor_wire import export_tensor, import_tensor
 
 SAMPLED_CALLS = 8          # timed calls per configuration whose outputs the judge keeps to check
+
+
+class SharedInputs(list):
+    """An input set the runner sees too, by its key there; when the judge lets go of it, so does
+    the runner (full-size sets are many GiB: none may outlive its trial)."""
+
+    key: str = ""
 
 
 class RemoteModel:
@@ -36,7 +44,7 @@ class RemoteKernel:
     def __init__(self, runner, artifact: str, task, device: str, arch: str = ""):
         self.runner, self.device = runner, device
         self._keys = itertools.count(1)
-        self._sets: dict[int, tuple[str, list]] = {}      # id(xs) -> (runner key, xs)
+        self._dropped: list[str] = []                    # keys of input sets the judge let go of
         self._last: list[int] = []                       # runner output ids to release
         self.timing = False                              # fresh inputs per call, outputs sampled
         self.slots = None                                # (runner key, judge tensors) of timed outputs
@@ -88,13 +96,20 @@ class RemoteKernel:
                 mine.append(x)
         key = f"x{next(self._keys)}"
         try:
-            self.runner.request({"op": "torch_inputs", "key": key, "items": items}, fds)
+            self.runner.request({"op": "torch_inputs", "key": key, "items": items, "drop": self._take_dropped()},
+                                fds)
         finally:
             import os
             for fd in fds:
                 os.close(fd)
-        self._sets[id(mine)] = (key, mine)
-        return mine
+        shared = SharedInputs(mine)
+        shared.key = key
+        weakref.finalize(shared, self._dropped.append, key)
+        return shared
+
+    def _take_dropped(self) -> list[str]:
+        out, self._dropped = self._dropped, []
+        return out
 
     def call(self, model: RemoteModel, xs):
         """One call in the runner: its outputs, mapped from the runner's memory. A timed call's
@@ -106,9 +121,8 @@ class RemoteKernel:
             self.calls += 1
             xs = self.rotation[idx]
         self.last_idx = idx
-        key, _ = self._sets[id(xs)]
-        req = {"op": "torch_call", "model": model.key, "inputs": key, "fresh": self.timing,
-               "release": self._last}
+        req = {"op": "torch_call", "model": model.key, "inputs": xs.key, "fresh": self.timing,
+               "release": self._last, "drop": self._take_dropped()}
         self._last = []
         if self.timing and self.slots is not None:
             ans, fds = self._timed({**req, "slot": self.slots[0]})
@@ -137,7 +151,7 @@ class RemoteKernel:
 
         slots = [torch.empty_like(o.detach()) for o in outs]
         shared = self.share(slots)
-        self.slots = (self._sets[id(shared)][0], shared)
+        self.slots = (shared.key, shared)
         best = float("inf")
         for _ in range(3):
             self._sync()
@@ -226,13 +240,11 @@ class RemoteKernel:
         """Copy the judge's tensors into the candidate model's state of the same names."""
         names = list(state)
         shared = self.share([t.detach() for t in state.values()])
-        key, _ = self._sets.pop(id(shared))
-        self.runner.request({"op": "torch_set_state", "model": model.key, "names": names, "inputs": key})
+        self.runner.request({"op": "torch_set_state", "model": model.key, "names": names, "inputs": shared.key})
 
     def probe(self, model: RemoteModel, xs) -> tuple[list, list] | tuple[None, None]:
         """The stream probe's two calls, run in the runner (kfray.eval.suite.stream_probe)."""
-        key, _ = self._sets[id(xs)]
-        ans, fds = self.runner.request_fds({"op": "torch_probe", "model": model.key, "inputs": key})
+        ans, fds = self.runner.request_fds({"op": "torch_probe", "model": model.key, "inputs": xs.key})
         n = wire.integer(ans.get("n", 0), "probe outputs", 0, 128)
         if not n:
             return None, None
