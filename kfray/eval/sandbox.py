@@ -31,18 +31,6 @@ from kfray.eval.fastcheck import ensure_built
 from kfray.eval.isolation import scrubbed_env  # noqa: F401  (kfray.eval.sandbox.scrubbed_env, as before)
 
 
-def _limit_resources(memory_mb: int) -> None:
-    try:
-        import resource
-
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        if memory_mb > 0:
-            lim = memory_mb * 1024 * 1024
-            resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
-    except (ImportError, ValueError, OSError):
-        pass
-
-
 def _die_with_parent() -> None:
     """A worker whose evaluator died (killed, node lost) exits too, even in the middle of a hung
     kernel: a daemon thread watches the parent process id."""
@@ -95,7 +83,7 @@ def _running(pid: int) -> bool:
 
 def _worker_main(sock: socket.socket, backend_name: str, cfg, memory_mb: int) -> None:
     """The judge's loop: per job, a fresh runner for the candidate, the checks and timing here."""
-    from kfray.eval.spawner import Spawner, not_dumpable
+    from kfray.eval.spawner import Spawner, limit_memory, not_dumpable
 
     spawner = None
     torch_form = backend_name.startswith("torch_ext")
@@ -105,7 +93,7 @@ def _worker_main(sock: socket.socket, backend_name: str, cfg, memory_mb: int) ->
             import torch  # noqa: F401  (an import starts no thread pool and no CUDA context)
         spawner = Spawner([], memory_mb)
     not_dumpable()
-    _limit_resources(memory_mb)
+    limit_memory(memory_mb)
     _die_with_parent()
     from kfray.eval.backends.base import get_backend
     from kfray.eval.shared import Arena

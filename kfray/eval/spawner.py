@@ -35,7 +35,8 @@ def not_dumpable() -> None:
     _prctl(PR_SET_DUMPABLE, 0)
 
 
-def _limit_memory(memory_mb: int) -> None:
+def limit_memory(memory_mb: int) -> None:
+    """No core dumps, and with memory_mb an address-space limit (RLIMIT_AS)."""
     try:
         import resource
 
@@ -59,7 +60,7 @@ def _become_runner(fd: int, memory_mb: int) -> None:
         os.dup2(null, std)
     if null > 3:
         os.close(null)
-    _limit_memory(memory_mb)
+    limit_memory(memory_mb)
     from kfray.eval.runner import runner_main
 
     runner_main(socket.socket(fileno=3))
