@@ -34,7 +34,10 @@ def sources(backend: str, task, n: int) -> tuple[str, list[str]]:
         import re
         base = re.sub(r"\bModel\b", "ModelNew", text)
         return "modelnew", [f"# candidate {i}\n{base}" for i in range(n)]
-    seed = task.seeds_for("cuda" if backend == "cuda" else "cpp")[0]
+    from kfray.config import EvalConfig
+    from kfray.eval.backends.base import get_backend
+
+    seed = task.seeds_for(get_backend(backend, EvalConfig()).language)[0]
     return seed.language, [f"// candidate {i}\n{seed.source}" for i in range(n)]
 
 

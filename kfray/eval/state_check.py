@@ -47,7 +47,8 @@ def _torch_flags() -> dict[str, object]:
 
 
 def fingerprint() -> dict[str, object]:
-    fp: dict[str, object] = {"modules": frozenset(sys.modules), "threads": threading.active_count(),
+    fp: dict[str, object] = {"modules": {k: id(m) for k, m in list(sys.modules.items())},
+                             "threads": threading.active_count(),
                              "environ": hash(frozenset(os.environ.items())), "torch": _torch_flags()}
     for name in _MODULES:
         mod = sys.modules.get(name)
@@ -57,13 +58,14 @@ def fingerprint() -> dict[str, object]:
 
 
 def changes(before: dict, after: dict, own_modules=lambda name: False) -> list[str]:
-    """What differs between two fingerprints (new modules the candidate itself is made of, as
-    `own_modules` says, are expected)."""
+    """What differs between two fingerprints. Modules imported for the first time are not a change
+    (the harness imports lazily, and a name nothing imports reaches no one); a module removed or
+    replaced by another object is, unless `own_modules` says it is the candidate's own."""
     out = []
-    gone = before["modules"] - after["modules"]
-    new = {m for m in after["modules"] - before["modules"] if not own_modules(m)}
-    if gone or new:
-        out.append(f"modules loaded or removed: {sorted(gone | new)[:5]}")
+    mods_before, mods_after = before["modules"], after["modules"]
+    moved = sorted(n for n, i in mods_before.items() if mods_after.get(n) != i and not own_modules(n))
+    if moved:
+        out.append(f"modules removed or replaced: {moved[:5]}")
     if after["threads"] > before["threads"]:
         out.append(f"{after['threads'] - before['threads']} thread(s) left running")
     if after["environ"] != before["environ"]:
