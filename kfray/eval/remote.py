@@ -116,13 +116,14 @@ class RemoteRunner:
             self.known.update(b for b, _ in part)
         return refs
 
-    def timed(self, obj: dict) -> dict:
-        """A call request with the judge's clock around it; its claimed time checked for form."""
+    def timed(self, obj: dict, timeout: float | None = None) -> tuple[dict, list[int]]:
+        """A call request with the judge's clock around it, logged beside the time it claims:
+        (answer, the descriptors that came with it)."""
         t0 = time.perf_counter()
-        ans = self.request(obj)
+        ans, fds = self.request_fds(obj, timeout=timeout)
         outside = time.perf_counter() - t0
         self.log.append((outside, claimed(ans)))
-        return ans
+        return ans, fds
 
     def close(self) -> None:
         if self.sock is not None:
@@ -148,7 +149,7 @@ class RemoteKernel:
         arrays = [args[n] for n in self.names if n in self.tensors]
         refs = iter(self.runner.share(self.arena, arrays))
         payload = [next(refs) if n in self.tensors else ["s", _scalar(args[n])] for n in self.names]
-        ans = self.runner.timed({"op": "call", "args": payload})
+        ans, _ = self.runner.timed({"op": "call", "args": payload})    # a call answer carries no descriptors
         return wire.integer(ans.get("rc"), "kf_forward's return code", -(1 << 31), (1 << 31) - 1)
 
 
@@ -179,14 +180,13 @@ class paused:
     but the judge and the zygote) while the judge times its reference: a kernel that left threads
     or children loading the machine cannot slow the reference down."""
 
-    def __init__(self, fn, spare: int = 0):
+    def __init__(self, fn):
+        from kfray.eval.spawner import others_in_namespace
+
         runner = getattr(fn, "runner", None)
         self.pids: list[int] = []
         if runner is not None and runner.pid:
-            self.pids = [runner.pid]
-            if os.getpid() == 1:
-                zygote = getattr(runner, "zygote_pid", 0)
-                self.pids = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, zygote)]
+            self.pids = others_in_namespace(runner.zygote_pid) if os.getpid() == 1 else [runner.pid]
 
     def _signal(self, sig) -> None:
         for pid in self.pids:

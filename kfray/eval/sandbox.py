@@ -5,9 +5,10 @@ outputs; it never loads a candidate. The candidate is loaded in a runner forked 
 clean zygote (kfray.eval.spawner): it works on buffers the judge shares with it and answers over a
 data-only wire (kfray.eval.wire). The judge answers the evaluator over the same kind of wire, so
 nothing that comes out of the sandbox is ever unpickled. A kernel that crashes or hangs ends its
-runner; the judge reports one failed evaluation. Backends whose candidates cannot run apart yet
-(`Backend.split` False: SYCL) load them in the judge, which is then recycled after every
-candidate (kfray.eval.defences lists which defences each path has).
+runner; the judge reports one failed evaluation. Forms that cannot run apart yet (backends with
+`Backend.split` False: cuda kf_forward, SYCL; robust-kbench backward tasks) load the candidate in
+the judge, which is recycled when the candidate changed its state (kfray.eval.state_check;
+kfray.eval.defences lists which defences each path has).
 With `eval.isolation` on (kfray.eval.isolation), judge and runners also run in their own user,
 mount, network, IPC and PID namespaces: no network, the home folders and /tmp hidden, the rest
 read-only; as its PID namespace's init the judge kills whatever a kernel left running once each
@@ -52,14 +53,15 @@ def _end_strays(spare: int = 0) -> None:
     its evaluation."""
     if os.getpid() != 1:
         return
+    from kfray.eval.spawner import others_in_namespace
+
     killed = []
-    for name in os.listdir("/proc"):
-        if name.isdigit() and int(name) not in (1, spare):
-            try:
-                os.kill(int(name), signal.SIGKILL)
-                killed.append(int(name))
-            except (ProcessLookupError, PermissionError):
-                pass
+    for pid in others_in_namespace(spare):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        except (ProcessLookupError, PermissionError):
+            pass
     deadline = time.monotonic() + 2.0
     while killed and time.monotonic() < deadline:
         try:
@@ -134,8 +136,8 @@ def _splits(backend_name: str) -> bool:
 
 
 def _run_one(backend, spawner, arena, job: dict, load_task) -> dict:
-    """One candidate: loaded in its own runner (or, for a backend that cannot split, here, after
-    which this judge is recycled), then checked and timed."""
+    """One candidate: loaded in its own runner (or, for a form that cannot split, here, with this
+    judge recycled if the candidate changed its state), then checked and timed."""
     from kfray.eval.remote import RemoteRunner, RunnerFailed
     from kfray.eval.state_check import changes, fingerprint
 

@@ -31,6 +31,12 @@ def _prctl(option: int, value: int) -> None:
         pass
 
 
+def others_in_namespace(spare: int = 0) -> list[int]:
+    """Every process of this PID namespace but its init (the judge) and `spare` (the zygote): the
+    candidate's runner and whatever it started."""
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, spare)]
+
+
 def not_dumpable() -> None:
     _prctl(PR_SET_DUMPABLE, 0)
 
