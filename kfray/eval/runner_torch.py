@@ -45,7 +45,7 @@ class TorchSide:
 
         from types import SimpleNamespace
 
-        from kfray.eval.backends.torch_ext import load_suite_kernel
+        from kfray.eval.suite_loading import load_suite_kernel
         from kfray.eval.suite.runners import runner_for
         from kfray.tasks.suite_spec import RkbConfig, SuiteSpec
 

@@ -28,7 +28,7 @@ def _stream_hold():
         try:
             import cupy as cp
 
-            from kfray.eval.backends.cuda import StreamHold
+            from kfray.eval.backends.cuda.probe import StreamHold
             _HOLD.append(StreamHold.create(cp))
         except ImportError:
             _HOLD.append(None)
