@@ -183,7 +183,8 @@ def test_kernel_that_ignores_its_stream_is_told_so(evaluator):
 }
 """)
     print(r.tier, r.reason, r.times)
-    assert r.tier == 2 and "`stream`" in r.reason, r.reason
+    # In its runner the call's busy context is charged wall time; in the judge the probe refuses it.
+    assert (r.tier == 2 and "`stream`" in r.reason) or r.tier == 5, r.reason
 
 
 def test_kernel_that_syncs_inside_is_correct_and_timed(evaluator):

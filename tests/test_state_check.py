@@ -43,3 +43,13 @@ def test_a_module_imported_for_the_first_time_is_no_change_but_a_replaced_one_is
     assert changes(before, fingerprint()) == []
     monkeypatch.setitem(sys.modules, "json", types.ModuleType("json"))
     assert any("json" in c for c in changes(before, fingerprint()))
+
+
+def test_a_patched_clock_voids_the_verdict_but_a_thread_or_env_var_only_recycles(monkeypatch):
+    from kfray.eval.state_check import tampered
+
+    before = fingerprint()
+    monkeypatch.setenv("KF_LEFT_BEHIND", "1")
+    assert changes(before, fingerprint()) and tampered(changes(before, fingerprint())) == []
+    monkeypatch.setattr(time, "perf_counter", lambda: 0.0)
+    assert tampered(changes(before, fingerprint())) == ["time.perf_counter replaced"]

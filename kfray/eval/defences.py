@@ -5,11 +5,12 @@ A search optimizes exactly what the judge measures, so every hole gets found. Th
 outputs live where they run (correctness.py, timed_runs.py, suite/judge.py); this table says
 which path has each, and `kfray doctor` / the README print it.
 
-Paths: `kf_forward` (kfray's own form, the cpu backend: candidate in its runner), `suite`
-(KernelBench / robust-kbench forms, torch_ext_cpu and torch_ext_cuda: candidate in its runner),
-`in_judge` (backends and forms that cannot run a candidate apart yet: cuda kf_forward through
-CuPy, SYCL, robust-kbench backward tasks; kfray.eval.state_check recycles such a judge when the
-candidate changed anything it can see).
+Paths: `kf_forward` (kfray's own form, the cpu and cuda backends: candidate in its runner, on
+memfd or CUDA IPC buffers), `suite` (KernelBench / robust-kbench forms, torch_ext_cpu and
+torch_ext_cuda: candidate in its runner), `in_judge` (forms that cannot run a candidate apart yet:
+SYCL, robust-kbench backward tasks; kfray.eval.state_check recycles such a judge when the
+candidate changed anything it can see, and voids the verdict of one that replaced a function or
+flipped a flag).
 """
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ DEFENCES: list[tuple[str, str, tuple[str, ...]]] = [
     ("fresh process per candidate", "state left for the next candidate: flags, patched functions, threads, "
      "sys.modules (runners fork from a clean zygote)", ("kf_forward", "suite")),
     ("state check of the judge", "the same, where the candidate ran in the judge: its state is fingerprinted "
-     "before the candidate loads and the judge is recycled on any change", ("in_judge",)),
+     "before the candidate loads, the judge is recycled on any change, and a replaced function or flipped "
+     "flag voids the verdict", ("in_judge",)),
     ("outside clock", "faked times: the judge times every call from its side of the wire and flags a "
      "claim that its clock cannot account for", ("kf_forward", "suite")),
     ("candidate paused while the reference is timed", "a kernel loading the machine to slow the reference",
@@ -43,7 +45,11 @@ DEFENCES: list[tuple[str, str, tuple[str, ...]]] = [
      ("kf_forward", "suite", "in_judge")),
     ("spot checks of timed calls", "skipping work when timed", ("kf_forward", "suite", "in_judge")),
     ("guard zones", "writes outside a buffer (wrong tails)", ("kf_forward",)),
-    ("stream probe", "work on another CUDA stream", ("suite", "in_judge")),
+    ("stream probe", "work on another CUDA stream (suite forms, and kf_forward in the judge: refused)",
+     ("suite", "in_judge")),
+    ("busy context counts wall time", "work on another CUDA stream, kf_forward in its runner: the runner "
+     "syncs its context before it answers, and a call whose context was still busy after its stream "
+     "finished is charged its wall time", ("kf_forward",)),
     ("roofline bound", "times faster than the hardware allows", ("kf_forward", "suite", "in_judge")),
     (f"second look above {REVIEW_SPEEDUP:g}x", "anything else too good to be true (flagged, not rejected)",
      ("kf_forward", "suite", "in_judge")),

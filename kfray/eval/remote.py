@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import statistics
 import time
 
@@ -112,8 +111,13 @@ class RemoteRunner:
             self.request({"op": "drop", "ids": freed}, timeout=30)
         for i in range(0, len(new), wire.MAX_FDS):
             part = new[i:i + wire.MAX_FDS]
-            self.request({"op": "map", "ids": [b for b, _ in part]}, [fd for _, fd in part], timeout=30)
-            self.known.update(b for b, _ in part)
+            ids = [b for b, _ in part]
+            if hasattr(arena, "map_request"):         # device memory: IPC handles, no descriptors
+                req, fds = arena.map_request(ids)
+            else:
+                req, fds = {"op": "map", "ids": ids}, [fd for _, fd in part]
+            self.request(req, fds, timeout=30)
+            self.known.update(ids)
         return refs
 
     def timed(self, obj: dict, timeout: float | None = None) -> tuple[dict, list[int]]:
@@ -150,6 +154,7 @@ class RemoteKernel:
         refs = iter(self.runner.share(self.arena, arrays))
         payload = [next(refs) if n in self.tensors else ["s", _scalar(args[n])] for n in self.names]
         ans, _ = self.runner.timed({"op": "call", "args": payload})    # a call answer carries no descriptors
+        self.last_answer = ans
         return wire.integer(ans.get("rc"), "kf_forward's return code", -(1 << 31), (1 << 31) - 1)
 
 

@@ -13,6 +13,8 @@ Requests (`op`):
 - `load_cdll`: dlopen a built library and take its `kf_forward` with the given argument kinds;
 - `call`: kf_forward on the mapped buffers (`["p", id, offset]`) and scalars (`["s", value]`);
 - `ping`: nothing (the judge measures the wire's round trip with it before anything is loaded);
+- `cuda_open`, `cuda_map`: the runner's own CUDA context, and device buffers the judge shares by
+  IPC handle (kfray.eval.runner_cuda); `call` then passes device pointers and the runner's stream;
 - `load_torch`, `torch_call`, `torch_state`: the suite forms (kfray.eval.runner_torch).
 """
 from __future__ import annotations
@@ -38,6 +40,7 @@ class Runner:
         self.fn = None
         self.lib = None
         self.torch = None                                      # kfray.eval.runner_torch.TorchSide
+        self.cuda = None                                       # kfray.eval.runner_cuda.CudaSide
 
     # -- shared buffers -------------------------------------------------------------------------
     def op_map(self, req: dict, fds: list[int]) -> dict:
@@ -53,11 +56,15 @@ class Runner:
         return {"ok": True}
 
     def op_drop(self, req: dict) -> dict:
+        if self.cuda is not None:
+            self.cuda.close(req.get("ids", []))
         for i in req.get("ids", []):
             self.maps.pop(int(i), None)        # the mapping closes when nothing refers to it
         return {"ok": True}
 
     def address(self, buf: int, offset: int) -> int:
+        if self.cuda is not None:
+            return self.cuda.address(buf, offset)
         mm, addr = self.maps[buf]
         if mm is None or not 0 <= offset <= len(mm):
             raise ValueError(f"offset {offset} outside buffer {buf}")
@@ -71,13 +78,26 @@ class Runner:
         except AttributeError:
             raise RuntimeError("the library does not export kf_forward (declare it extern \"C\")") from None
         fn.restype = ctypes.c_int
-        fn.argtypes = [_SCALARS[k] for k in req["kinds"]]
+        fn.argtypes = [_SCALARS[k] for k in req["kinds"]] + ([ctypes.c_void_p] if self.cuda is not None else [])
         self.fn = fn
+        if self.cuda is not None:                       # the harness's check of launches it did not check
+            last = getattr(self.lib, "kf_harness_last_error", None)
+            if last is not None:
+                last.restype, last.argtypes = ctypes.c_int, []
+            self.cuda.last_error = last
+        return {"ok": True}
+
+    def op_cuda_open(self, req: dict) -> dict:
+        from kfray.eval.runner_cuda import CudaSide
+
+        self.cuda = CudaSide()
         return {"ok": True}
 
     def op_call(self, req: dict) -> dict:
         args = [self.address(a[1], a[2]) if a[0] == "p" else a[1] for a in req["args"]]
         fn = self.fn
+        if self.cuda is not None:
+            return self.cuda.call(fn, args)
         t0 = time.perf_counter()
         rc = fn(*args)
         s = time.perf_counter() - t0
@@ -103,6 +123,15 @@ class Runner:
                     out = self.op_drop(req)
                 elif op == "load_cdll":
                     out = self.op_load_cdll(req)
+                elif op == "cuda_open":
+                    out = self.op_cuda_open(req)
+                elif op == "cuda_map":
+                    if self.cuda is None:
+                        raise RuntimeError("device buffers before cuda_open: this runner has no CUDA context")
+                    self.cuda.open(req.get("ids", []), req.get("handles", []), req.get("sizes", []))
+                    out = {"ok": True}
+                elif op == "cuda_selftest":
+                    out = self.cuda.selftest(int(req["id"]), int(req["offset"]), int(req["nbytes"]))
                 elif op in ("load_torch", "torch_build", "torch_inputs", "torch_call", "torch_state", "torch_probe",
                             "torch_release", "torch_set_state"):
                     if self.torch is None:

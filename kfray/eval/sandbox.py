@@ -6,7 +6,7 @@ clean zygote (kfray.eval.spawner): it works on buffers the judge shares with it 
 data-only wire (kfray.eval.wire). The judge answers the evaluator over the same kind of wire, so
 nothing that comes out of the sandbox is ever unpickled. A kernel that crashes or hangs ends its
 runner; the judge reports one failed evaluation. Forms that cannot run apart yet (backends with
-`Backend.split` False: cuda kf_forward, SYCL; robust-kbench backward tasks) load the candidate in
+`Backend.split` False: SYCL; robust-kbench backward tasks) load the candidate in
 the judge, which is recycled when the candidate changed its state (kfray.eval.state_check;
 kfray.eval.defences lists which defences each path has).
 With `eval.isolation` on (kfray.eval.isolation), judge and runners also run in their own user,
@@ -139,7 +139,7 @@ def _run_one(backend, spawner, arena, job: dict, load_task) -> dict:
     """One candidate: loaded in its own runner (or, for a form that cannot split, here, with this
     judge recycled if the candidate changed its state), then checked and timed."""
     from kfray.eval.remote import RemoteRunner, RunnerFailed
-    from kfray.eval.state_check import changes, fingerprint
+    from kfray.eval.state_check import changes, fingerprint, tampered
 
     runner = None
     t0 = time.perf_counter()
@@ -165,11 +165,17 @@ def _run_one(backend, spawner, arena, job: dict, load_task) -> dict:
         result = backend.run_job(fn, task, job)
         if runner is not None:
             result.setdefault("facts", {})["runner_round_trip_us"] = round(runner.round_trip[0] * 1e6, 1)
+        elif getattr(backend, "split_note", None):    # this machine cannot run the form apart
+            result.setdefault("facts", {})["in_judge_because"] = backend.split_note
         if in_judge:
             changed = changes(before, fingerprint(), lambda m: m.startswith(("kf_ext_", "kfray_user_")))
             if changed:
                 result["recycle"] = True
                 result.setdefault("facts", {})["state_changed"] = changed[:5]
+            if tampered(changed):
+                result = {"tier": TIER_RUNTIME_ERROR, "recycle": True, "facts": {"state_changed": changed[:5]},
+                          "reason": f"the kernel changed the judge's state while it was judged ({tampered(changed)[0]}): "
+                                    "its verdict is void [kfray rule: state check]"}
     except RunnerFailed as e:
         result = {"tier": TIER_RUNTIME_ERROR, "reason": str(e)}
     except MemoryError:
@@ -181,6 +187,9 @@ def _run_one(backend, spawner, arena, job: dict, load_task) -> dict:
     finally:
         if runner is not None:
             runner.close()
+            gone = getattr(backend, "runner_gone", None)     # device memory it had open may be freed now
+            if gone is not None:
+                gone()
     return result
 
 

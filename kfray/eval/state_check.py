@@ -5,7 +5,9 @@ in the judge. Restarting that judge after every candidate would cost a CUDA cont
 the judge takes a fingerprint of what a candidate could change before the candidate loads and
 compares it after: the clocks and every public function of time, os, numpy, cupy and torch (by
 identity), torch's global flags, the environment, the modules loaded and the threads running.
-Any difference recycles the judge, and the result says what changed.
+Any difference recycles the judge, and the result says what changed. A candidate that replaced a
+function or module or flipped a torch flag had its hands on the judge's own clocks and reference
+while it was judged: its verdict is void (`tampered`).
 """
 from __future__ import annotations
 
@@ -80,3 +82,9 @@ def changes(before: dict, after: dict, own_modules=lambda name: False) -> list[s
             if moved:
                 out.append(f"{k[3:]}.{moved[0]} replaced" + (f" (and {len(moved) - 1} more)" if len(moved) > 1 else ""))
     return out
+
+
+def tampered(changed: list[str]) -> list[str]:
+    """The changes that void the verdict of the candidate that made them (threads and environment
+    only recycle the judge: runtimes start threads of their own on first use)."""
+    return [c for c in changed if "replaced" in c or c.startswith(("torch ", "modules removed"))]

@@ -28,8 +28,10 @@ def rotation(task, shape: str, cache_bytes: int) -> int:
 
 def time_fn(backend, call: Callable[[int], Any], n_sets: int, warmup: int, repeats: int,
             max_repeats: int, min_time: float, before: Callable[[int], Any] | None = None,
-            after: Callable[[int], Any] | None = None) -> list[float]:
-    """Timed calls over rotated input sets; `before`/`after` run around each call, outside the timer."""
+            after: Callable[[int], Any] | None = None, clock: Callable | None = None) -> list[float]:
+    """Timed calls over rotated input sets; `before`/`after` run around each call, outside the timer.
+    `clock` times one call (default: the backend's device timer)."""
+    clock = clock or backend.time_call
     for i in range(warmup):
         if before:
             before(i % n_sets)
@@ -44,7 +46,7 @@ def time_fn(backend, call: Callable[[int], Any], n_sets: int, warmup: int, repea
         i = len(times) % n_sets
         if before:
             before(i)
-        times.append(backend.time_call(lambda: call(i)))
+        times.append(clock(lambda: call(i)))
         if after:
             after(i)
     return times

@@ -29,10 +29,16 @@ _CTYPES = {"float32": ctypes.c_float, "float64": ctypes.c_double,
 
 class CudaRuntime(Backend):
     """Backend's sandbox-side methods for CUDA shared libraries called through ctypes with CuPy
-    arrays; CudaBackend adds the host side (compile, device facts)."""
+    arrays; CudaBackend adds the host side (compile, device facts). Candidates run in their own
+    runner (`load_remote`, kfray.eval.backends.cuda.split); `load` loads one in this process."""
+
+    split = True
 
     def __init__(self, cfg):
         super().__init__(cfg)
+        self.device_arena = None
+        self.split_note = None        # why candidates cannot run in their own runner here, if so
+        self._split_checked = False
         self.stream = None
         self._cp = None
         self._idle_sync_s = 0.0
@@ -115,6 +121,37 @@ class CudaRuntime(Backend):
         call.keepalive = lib  # the library must outlive the callable
         return call
 
+    def load_remote(self, runner, arena, artifact: str, task):
+        """kf_forward loaded in the candidate's runner, on device buffers it opens by IPC handle;
+        None (the candidate then loads here, state-checked) where this judge's first runner could
+        not open a context or failed the self-test (kfray.eval.backends.cuda.split.selftest)."""
+        from kfray.eval.backends.cuda.split import DeviceArena, RemoteCudaKernel, selftest
+        from kfray.eval.remote import RunnerFailed
+
+        if self.split_note:
+            return None
+        cp = self._ensure_open()
+        if self.device_arena is None:
+            self.device_arena = DeviceArena(cp)
+        try:
+            runner.request({"op": "cuda_open"}, timeout=120)
+        except RunnerFailed as e:
+            if self._split_checked:
+                raise
+            self.split_note = f"the runner could not open a CUDA context: {e}"
+            return None
+        if not self._split_checked:
+            self.split_note = selftest(runner, self.device_arena)
+            self._split_checked = True
+            if self.split_note:
+                self.device_arena = None
+                return None
+        return RemoteCudaKernel(runner, self.device_arena, artifact, task, self.stream)
+
+    def runner_gone(self) -> None:
+        if self.device_arena is not None:
+            self.device_arena.runner_gone()
+
     def make_args(self, task, shape: str, rng) -> dict[str, Any]:
         """Inputs drawn on the GPU (host numpy is far too slow for GPU-sized tensors), unless the
         task makes its own inputs (torch-based tasks), which are then uploaded."""
@@ -130,10 +167,18 @@ class CudaRuntime(Backend):
     def to_device(self, args: dict[str, Any]) -> dict[str, Any]:
         cp = self._ensure_open()
         self.stream.use()
-        out = {k: (cp.array(v, copy=True) if isinstance(v, (np.ndarray, cp.ndarray)) else v)
+        out = {k: (self._own_copy(cp, v) if isinstance(v, (np.ndarray, cp.ndarray)) else v)
                for k, v in args.items()}
         self.stream.synchronize()
         cp.cuda.runtime.deviceSynchronize()   # uploads are complete whatever stream they took
+        return out
+
+    def _own_copy(self, cp, v):
+        """The kernel's copy of v: in a buffer shared with its runner where it runs apart."""
+        if self.device_arena is None:
+            return cp.array(v, copy=True)
+        out = self.device_arena.array(v.shape, v.dtype)
+        cp.copyto(out, cp.asarray(v))
         return out
 
     def to_host(self, value: Any) -> np.ndarray:
