@@ -11,9 +11,10 @@ from kfray.descriptors import (DIMENSIONS, LEVELS, TABLES, describe, level_name,
 SEEDS = Path(__file__).resolve().parents[1] / "kfray" / "tasks" / "seeds" / "cpu"
 
 EXPECTED = {
-    "axpb_naive": (0, 0, 0), "axpb_omp": (0, 0, 1), "axpb_simd": (1, 1, 2),
+    "axpb_naive": (0, 0, 0), "axpb_omp": (0, 0, 1), "axpb_simd": (1, 1, 2), "axpb_stream": (3, 1, 2),
     "softmax_naive": (0, 0, 0), "softmax_twopass": (1, 0, 0), "softmax_online": (0, 2, 0),
-    "matmul_naive": (0, 0, 0), "matmul_ikj": (0, 1, 0), "matmul_tiled": (2, 3, 0),
+    "softmax_fused": (1, 2, 2),
+    "matmul_naive": (0, 0, 0), "matmul_ikj": (0, 1, 0), "matmul_tiled": (2, 3, 0), "matmul_packed": (2, 3, 2),
 }
 
 
@@ -29,9 +30,9 @@ def test_cpu_seed_cells(name, cell):
 @pytest.mark.parametrize("task", ["axpb", "softmax", "matmul"])
 def test_each_task_seeds_occupy_distinct_cells(task):
     names = sorted(SEEDS.glob(f"{task}_*.cpp"))
-    assert len(names) == 3
+    assert len(names) == 4
     cells = {describe(p.read_text(), "cpp") for p in names}
-    assert len(cells) == 3, cells
+    assert len(cells) == 4, cells
 
 
 def test_restrict_alone_is_not_vectorized():

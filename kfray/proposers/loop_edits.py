@@ -19,7 +19,8 @@ FAST_EXP = """static inline float kf_fast_exp(float x) {
     // exp(x) = 2^n * e^r with r in [-ln2/2, ln2/2]: a degree-6 polynomial in r, then the
     // exponent bits set directly. Branch-free, so an `omp simd` loop vectorizes it.
     x = x < -87.3f ? -87.3f : (x > 88.7f ? 88.7f : x);
-    const float n = __builtin_floorf(x * 1.44269504f + 0.5f);
+    const float n = (x * 1.44269504f + 12582912.f) - 12582912.f;   // round to nearest: floorf
+                                                                   // would not vectorize
     const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
     float p = 1.3981999e-3f;
     p = p * r + 8.3334519e-3f;

@@ -9,9 +9,9 @@ from kfray.languages import suffix
 from kfray.tasks.base import Scalar, Seed, Task, Tensor
 
 _SEED_ORDER = {  # the first strategy of each task is its baseline (the simplest kernel)
-    "axpb": ["naive", "omp", "simd", "vec", "stride"],
-    "softmax": ["naive", "twopass", "online", "group"],
-    "matmul": ["naive", "ikj", "tiled", "regblock"],
+    "axpb": ["naive", "omp", "simd", "stream", "vec", "stride"],
+    "softmax": ["naive", "twopass", "online", "fused", "group"],
+    "matmul": ["naive", "ikj", "tiled", "packed", "regblock"],
 }
 # sycl_jit: SYCL C++ kernels compiled at run time (seeds/sycl); sycl: whole SYCL programs built
 # ahead of time by icpx (seeds/sycl/aot); opencl: OpenCL C kernels (seeds/opencl).
@@ -84,7 +84,8 @@ def matmul() -> Task:
               Tensor("C", "float32", ("m", "n"), "out"),
               Scalar("m", "int64", "m"), Scalar("n", "int64", "n"), Scalar("k", "int64", "k")],
         shapes={"sq256": {"m": 256, "n": 256, "k": 256}, "r192x320x256": {"m": 192, "n": 320, "k": 256}},
-        reference=_matmul_ref, rtol=1e-3, atol=1e-4,
+        # atol: fp32 sums of up to 2048 products in another order differ by ~1e-4 near zero (gpu shapes)
+        reference=_matmul_ref, rtol=1e-3, atol=2e-3,
         bytes_moved="4 * (m * k + k * n + m * n)", flops="2 * m * n * k", seeds=load_seeds("matmul"),
         ref="builtin:matmul",
         shape_sets={"gpu": {"sq2048": {"m": 2048, "n": 2048, "k": 2048},
