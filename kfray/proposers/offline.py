@@ -4,7 +4,9 @@ Operators: mutate one or two template parameters, switch to another seed strateg
 parameters whose names match), recombine the parameters of two parents, toggle the SIMD or
 thread-parallel pragmas of OpenMP loops, contract multiply-adds into fma, and the loop edits of
 kfray/proposers/loop_edits.py (thread the outer loop, vectorize an inner loop with its
-reductions, a vectorizable exponential) for C++, and for CUDA the edits of
+reductions, a vectorizable exponential) and of kfray/proposers/cpu_edits.py (threads over blocks,
+collapsed loops, the C library's vector math, AVX-512/AVX2 vector widths, aligned pointers,
+prefetch) for C++, and for CUDA the edits of
 kfray/proposers/cuda_edits.py and cuda_reductions.py (128-bit loads, grid-stride loops with an
 occupancy-aware grid, unrolling, launch bounds, cache hints, shared-tile padding, warp-shuffle
 reductions, online softmax); edits compound over generations. Like a model asked
@@ -23,14 +25,14 @@ import time
 
 from kfray.candidate import Candidate
 from kfray.languages import family
-from kfray.proposers import cuda_edits, cuda_reductions, loop_edits
+from kfray.proposers import cpu_edits, cuda_edits, cuda_reductions, loop_edits
 from kfray.proposers.base import ProposalContext, Proposer
 from kfray.descriptors import describe
 from kfray.source import parse_params
 from kfray.tasks.suite_form import is_modelnew
 
 _COMMON = ("mutate_params", "switch_strategy", "recombine", "use_fma")
-_CPP_OPS = ("toggle_simd", "toggle_parallel", "add_parallel", "add_simd", "fast_exp")
+_CPP_OPS = ("toggle_simd", "toggle_parallel", "add_parallel", "add_simd", "fast_exp", *cpu_edits.EDITS)
 _CUDA_EDITS = {**cuda_edits.EDITS, **cuda_reductions.EDITS}
 OPERATORS = _COMMON + _CPP_OPS + tuple(_CUDA_EDITS)
 _OMP_FOR = re.compile(r"^(\s*#pragma omp )(parallel for|for)( simd)?(.*)$", re.M)
@@ -215,6 +217,11 @@ class OfflineProposer(Proposer):
             new = (loop_edits.add_simd(src, rng) if op == "add_simd" else
                    loop_edits.add_parallel(src) if op == "add_parallel" else loop_edits.fast_exp(src))
             return (new, params) if new else None
+        if op in cpu_edits.EDITS:
+            if ctx.language != "cpp":          # OpenMP host code only
+                return None
+            new = cpu_edits.EDITS[op](src, rng)
+            return (new, _fit_params(new, params, rng)) if new else None
         if op in ("toggle_simd", "toggle_parallel"):
             new = _toggle(src, rng, "simd" if op == "toggle_simd" else "parallel")
             return (new, _fit_params(new, params, rng)) if new else None

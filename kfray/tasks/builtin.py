@@ -1,4 +1,7 @@
-"""Built-in tasks: one bandwidth-bound, one row reduction, one compute-bound."""
+"""Built-in tasks: one bandwidth-bound, one row reduction, one compute-bound.
+
+Each has a `tails` shape set (`axpb@tails`): sizes that are no multiple of a vector, a tile or a
+thread's share, for tests that a kernel is right at any shape."""
 from __future__ import annotations
 
 from importlib import resources
@@ -60,7 +63,8 @@ def axpb() -> Task:
         reference=_axpb_ref, rtol=1e-5, atol=1e-6,
         bytes_moved="8 * n", flops="2 * n", seeds=load_seeds("axpb"), ref="builtin:axpb",
         shape_sets={"gpu": {"n16M": {"n": 1 << 24}, "n64M": {"n": 1 << 26}},
-                    "tiny": {"n4k": {"n": 4096}}})
+                    "tiny": {"n4k": {"n": 4096}},
+                    "tails": {"n100003": {"n": 100003}, "n17": {"n": 17}}})
 
 
 def softmax() -> Task:
@@ -73,7 +77,8 @@ def softmax() -> Task:
         reference=_softmax_ref, rtol=1e-4, atol=1e-7, input_scale=3.0,
         bytes_moved="8 * rows * cols", flops="5 * rows * cols", seeds=load_seeds("softmax"),
         ref="builtin:softmax",
-        shape_sets={"gpu": {"r8192c4096": {"rows": 8192, "cols": 4096}, "r65536c512": {"rows": 65536, "cols": 512}}})
+        shape_sets={"gpu": {"r8192c4096": {"rows": 8192, "cols": 4096}, "r65536c512": {"rows": 65536, "cols": 512}},
+                    "tails": {"r37c1000": {"rows": 37, "cols": 1000}, "r5c4099": {"rows": 5, "cols": 4099}}})
 
 
 def matmul() -> Task:
@@ -89,7 +94,8 @@ def matmul() -> Task:
         bytes_moved="4 * (m * k + k * n + m * n)", flops="2 * m * n * k", seeds=load_seeds("matmul"),
         ref="builtin:matmul",
         shape_sets={"gpu": {"sq2048": {"m": 2048, "n": 2048, "k": 2048},
-                            "r4096x2048x1024": {"m": 4096, "n": 2048, "k": 1024}}})
+                            "r4096x2048x1024": {"m": 4096, "n": 2048, "k": 1024}},
+                    "tails": {"r37x45x300": {"m": 37, "n": 45, "k": 300}, "r13x70x5": {"m": 13, "n": 70, "k": 5}}})
 
 
 BUILTIN = {"axpb": axpb, "softmax": softmax, "matmul": matmul}

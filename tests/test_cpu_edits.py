@@ -1,0 +1,98 @@
+"""The CPU edits (kfray/proposers/cpu_edits.py) and the seeds at the machine's limit: each edit
+applied to a seed, compiled and judged correct on the cpu backend, at shapes with tails
+(`<task>@tails`), and each new seed correct at several of its settings. Speed is measured by
+scripts/bench_cpu_default.py, not here."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from kfray.candidate import Candidate, EvalResult
+from kfray.config import EvalConfig
+from kfray.descriptors import describe
+from kfray.eval.evaluator import Evaluator
+from kfray.proposers import cpu_edits, loop_edits
+from kfray.source import parse_params
+from kfray.tasks import load_task
+
+
+@pytest.fixture(scope="module")
+def evaluator(tmp_path_factory):
+    ev = Evaluator("cpu", EvalConfig(cache_dir=str(tmp_path_factory.mktemp("cache")), timeout_s=30, tune_budget=0,
+                                     threads=2, repeats=1, max_repeats=1, min_time_s=0.0))
+    yield ev
+    ev.shutdown()
+
+
+def _seed(task: str, name: str) -> str:
+    return next(s.source for s in load_task(task).seeds_for("cpp") if s.name == name)
+
+
+def _judge(ev, task: str, source: str, params: dict | None = None) -> EvalResult:
+    space = parse_params(source)
+    p = params if params is not None else space.default()
+    c = Candidate(task=task, language="cpp", source=source, params=p)
+    return EvalResult.from_dict(ev.evaluate(c, task_ref=f"{task}@tails"))
+
+
+# (edit, task, seed, what the descriptors see afterwards: dimension and level, or None)
+CASES = [
+    ("parallel_blocks", "softmax", "twopass", ("parallelism", 2)),
+    ("parallel_blocks", "matmul", "ikj", ("parallelism", 1)),
+    ("collapse_loops", "matmul", "naive+parallel", ("parallelism", 1)),
+    ("vector_math", "softmax", "twopass+simd", None),
+    ("simd_width", "axpb", "simd", None),
+    ("simd_width", "softmax", "fused", None),
+    ("assume_aligned", "axpb", "simd", None),
+    ("assume_aligned", "matmul", "packed", None),
+    ("prefetch", "matmul", "naive", ("memory", 3)),
+    ("prefetch", "softmax", "online", ("memory", 3)),
+]
+_DIM = {"memory": 0, "compute": 1, "parallelism": 2}
+
+
+def _base(task: str, name: str) -> str:
+    seed, _, step = name.partition("+")
+    src = _seed(task, seed)
+    if step == "parallel":
+        src = loop_edits.add_parallel(src)
+    elif step == "simd":
+        src = loop_edits.add_simd(src, random.Random(0))
+        src = loop_edits.add_simd(src, random.Random(1)) or src
+    return src
+
+
+@pytest.mark.parametrize("edit,task,seed,moves", CASES, ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in CASES])
+def test_edit_compiles_and_is_correct(evaluator, edit, task, seed, moves):
+    src = _base(task, seed)
+    new = cpu_edits.EDITS[edit](src, random.Random(3))
+    assert new is not None and new != src, f"{edit} does not apply to {task}/{seed}"
+    if moves is not None:
+        dim, level = moves
+        assert describe(new, "cpp")[_DIM[dim]] == level, describe(new, "cpp")
+    space = parse_params(new)
+    for p in [space.default(), *random.Random(4).sample(list(space.settings()), k=min(1, space.size()))]:
+        r = _judge(evaluator, task, new, p)
+        assert r.tier == 5, f"{edit} on {task}/{seed} {p}: {r.reason[:600]}"
+
+
+def test_edits_that_do_not_apply_say_so():
+    axpb_omp, packed = _seed("axpb", "omp"), _seed("matmul", "packed")
+    assert cpu_edits.parallel_blocks(packed) is None          # threads of its own already
+    assert cpu_edits.vector_math(axpb_omp) is None            # no exponential
+    assert cpu_edits.simd_width(axpb_omp) is None             # no omp simd loop
+    assert cpu_edits.collapse_loops(_seed("softmax", "naive")) is None   # no threaded loop
+    twice = cpu_edits.prefetch(_seed("matmul", "naive"), random.Random(0))
+    assert cpu_edits.prefetch(twice, random.Random(0)) is None
+
+
+@pytest.mark.parametrize("task,seed", [("axpb", "stream"), ("softmax", "fused"), ("matmul", "packed")])
+def test_new_seed_is_correct_at_its_settings(evaluator, task, seed):
+    src = _seed(task, seed)
+    space = parse_params(src)
+    settings = list(space.settings())
+    picks = [settings[0], settings[-1], *random.Random(5).sample(settings, k=2)]
+    for p in picks:
+        r = _judge(evaluator, task, src, p)
+        assert r.tier == 5, f"{task}/{seed} {p}: {r.reason[:600]}"
