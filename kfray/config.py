@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,9 +51,11 @@ class SearchConfig:
 @dataclass
 class EvalConfig:
     backend: str = "cpu"             # cpu | cuda | sycl
-    evaluators: int = 2              # evaluator actors (cuda: 0 means one per GPU)
+    evaluators: int = 1              # evaluator actors (cuda: 0 means one per GPU); CPU: one, so no two
+                                     # kernels are timed at once on the same cores
     num_cpus: float = 1.0            # CPUs each evaluator reserves
-    threads: int = 1                 # OpenMP threads in the sandbox (cpu backend)
+    threads: int = 0                 # OpenMP / BLAS threads of the kernel and of the reference alike (cpu
+                                     # backend); 0: the machine's cores shared among its evaluators
     timeout_s: float = 30.0          # one candidate's correctness + timing, in the sandbox
     compile_timeout_s: float = 60.0
     trials: int = 2                  # fresh random inputs per shape config for correctness
@@ -213,7 +216,7 @@ def _check(cfg: RunConfig, where: str) -> None:
                          ("search.checkpoint_every", s.checkpoint_every, 1),
                          ("search.migrants", s.migrants, 0), ("eval.evaluators", e.evaluators, 0),
                          ("eval.trials", e.trials, 1), ("eval.repeats", e.repeats, 1),
-                         ("eval.threads", e.threads, 1),
+                         ("eval.threads", e.threads, 0),
                          ("proposer.max_concurrent", cfg.proposer.max_concurrent, 0),
                          ("proposer.prompt_tokens", cfg.proposer.prompt_tokens, 0),
                          ("proposer.max_tokens", cfg.proposer.max_tokens, 1)]:
@@ -237,6 +240,14 @@ def _check(cfg: RunConfig, where: str) -> None:
     if s.topology == "custom" and len(s.adjacency) != s.islands * max(1, len(cfg.hardware)):
         raise ConfigError(f"{where}: search.topology custom needs search.adjacency with one list per island "
                           f"({s.islands * max(1, len(cfg.hardware))}), got {len(s.adjacency)}")
+
+
+def kernel_threads(e: "EvalConfig") -> int:
+    """The threads a CPU kernel and its reference get: eval.threads, or with 0 the cores of this
+    machine divided among the evaluators (all of them for the default single evaluator)."""
+    if e.threads > 0:
+        return e.threads
+    return max(1, (os.cpu_count() or 1) // max(1, e.evaluators))
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:

@@ -10,6 +10,7 @@ from typing import Any
 import ray
 
 from kfray.driver.actors import when_up
+from kfray.driver.roofline import add_rooflines
 from kfray.languages import suffix
 from kfray.tasks import suite_form
 
@@ -35,6 +36,7 @@ def finish(co, t_start: float) -> dict[str, Any]:
         per_task[ref] = task_entry(co, ref, island_states)
         if ref in profiles:
             per_task[ref]["profile"] = profiles[ref]
+    add_rooflines(co, per_task)        # CPU: each best against the machine's copy bandwidth and FMA peak
     summary = {
         "tasks": per_task,
         "islands": len(order),

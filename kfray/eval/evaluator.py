@@ -15,7 +15,7 @@ from typing import Any
 
 from kfray.candidate import (TIER_COMPILE_ERROR, TIER_NO_CODE, TIER_RUNTIME_ERROR, Candidate,
                              EvalResult)
-from kfray.config import EvalConfig
+from kfray.config import EvalConfig, kernel_threads
 from kfray.eval.backends.base import CompileError, get_backend
 from kfray.eval.sandbox import Sandbox
 from kfray.eval.fits import fit_message
@@ -27,8 +27,9 @@ class Evaluator:
         self.cfg = cfg
         self.name = name
         self.backend = get_backend(backend_name, cfg)
-        env = {"OMP_NUM_THREADS": str(cfg.threads), "OPENBLAS_NUM_THREADS": str(cfg.threads),
-               "MKL_NUM_THREADS": str(cfg.threads), "OMP_PROC_BIND": "false"}
+        threads = str(kernel_threads(cfg))     # the kernel's and the reference's (numpy, OpenBLAS) alike
+        env = {"OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads,
+               "MKL_NUM_THREADS": threads, "OMP_PROC_BIND": "false"}
         self.sandbox = Sandbox(backend_name, cfg, env)
         self._compiled: set[str] = set()     # tasks whose torch.compile baseline this sandbox has timed
         self.device_lock = threading.Lock()

@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from kfray.config import kernel_threads
+
 DEFAULT_ROOFLINE_FRACTION = 1.5
 
 _CEILINGS: dict[str, Any] = {}        # measured once per worker: CPU copy bandwidth
@@ -61,7 +63,8 @@ def roofline_flags(backend, task, job: dict, per_shape: dict, rotated: dict) -> 
     cache_bytes = int(job.get("cache_bytes", facts.get("cache_bytes", 32 << 20)) or 0)
     device_bw = float(facts.get("copy_bandwidth_gbps") or 0.0)
     rate = float(facts.get("fp32_matmul_tflops") or 0.0) * 1e3
-    threads = max(1, int(getattr(backend.cfg, "threads", 1) or 1))
+    threads = kernel_threads(backend.cfg) if hasattr(backend.cfg, "evaluators") else \
+        max(1, int(getattr(backend.cfg, "threads", 1) or 1))
     measure_here = not device_bw and backend.hardware_class() == "cpu"
     if measure_here:
         info["copy_gbps_source"] = (f"numpy copy in the sandbox with each shape's footprint and rotation, "

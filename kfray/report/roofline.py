@@ -70,3 +70,21 @@ def shape_rows(cand: dict, device_facts: dict | None) -> list[dict]:
             row["of_roof"] = row["roof"] / t if t > 0 else None
         rows.append(row)
     return rows
+
+
+def roofline_cell(roof: dict | None) -> str:
+    """`92% copy` / `61% FMA`: a best's share of the ceiling its task is bound by (summary["roofline"])."""
+    if not roof:
+        return "-"
+    return f"{roof['share_of_bound'] * 100:.0f}% {'copy' if roof['bound'] == 'memory' else 'FMA'}"
+
+
+def roofline_text(roof: dict) -> str:
+    """One line: the best's rates against the machine's measured copy bandwidth and FMA peak."""
+    per = roof.get("per_shape", {})
+    gbps = max((p["gbps"] for p in per.values()), default=0.0)
+    gflops = max((p["gflops"] for p in per.values()), default=0.0)
+    return (f"{roof['share_of_copy_bw'] * 100:.0f}% of the measured copy bandwidth "
+            f"({roof['machine_copy_gbps']:.1f} GB/s; best shape {gbps:.1f} GB/s), "
+            f"{roof['share_of_fma_peak'] * 100:.0f}% of the FMA peak ({roof['fp32_fma_peak_gflops']:.0f} GFLOP/s; "
+            f"best shape {gflops:.1f} GFLOP/s) on {roof.get('threads') or '?'} thread(s); {roof['bound']} bound")

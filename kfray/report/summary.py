@@ -5,6 +5,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kfray.eval.profile_facts import profile_text
+from kfray.report.roofline import roofline_cell, roofline_text
 
 
 def summary_table(summary: dict) -> Table:
@@ -13,12 +14,16 @@ def summary_table(summary: dict) -> Table:
                     f"{summary['wall_seconds']:.0f} s")
     for col in ("task", "best vs ref", "best vs seed", "correct/total", "cells", "migrations"):
         t.add_column(col, justify="left" if col == "task" else "right", no_wrap=True)
+    roof = any(s.get("roofline") for s in summary["tasks"].values())
+    if roof:                           # CPU runs: the best's share of the measured copy bandwidth / FMA peak
+        t.add_column("of roofline", justify="right", no_wrap=True)
     for name, s in summary["tasks"].items():
         dry = " (ran dry)" if s.get("ran_dry") else ""
         t.add_row(name + dry,
                   f"{s['best_speedup_vs_reference']:.2f}x" if s["correct"] else "-",
                   f"{s['best_speedup_vs_seed']:.2f}x" if s["correct"] else "-",
-                  f"{s['correct_count']} / {s['evaluated']}", str(s["cells_filled"]), str(s["migrations"]))
+                  f"{s['correct_count']} / {s['evaluated']}", str(s["cells_filled"]), str(s["migrations"]),
+                  *([roofline_cell(s.get("roofline"))] if roof else []))
     return t
 
 
@@ -30,5 +35,7 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
     for name, s in summary["tasks"].items():
         if s.get("note"):
             console.print(f"{name}: {s['note']}")
+        if s.get("roofline"):
+            console.print(f"{name} best: {roofline_text(s['roofline'])}")
         if s.get("profile"):
             console.print(f"{name} best, profiled: {profile_text(s['profile'])}")

@@ -12,8 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from kfray.config import kernel_threads
 from kfray.errors import BackendError
 from kfray.eval.backends.base import Backend, Build, CompileError
+from kfray.eval.backends.cpu_peaks import cpu_peaks
 from kfray.eval.backends.cpu_pch import pch_flags
 from kfray.eval.compile_cache import CompileCache
 from kfray.source import define_flags
@@ -97,7 +99,15 @@ class CpuBackend(Backend):
 
     def device_facts(self) -> dict[str, Any]:
         facts = dict(cpu_facts())
-        facts["threads_for_kernels"] = self.cfg.threads
+        facts["threads_for_kernels"] = kernel_threads(self.cfg)
+        if getattr(self, "_peaks", None) is None:     # measured copy bandwidth and FMA peak, where a run
+            try:                                        # on this machine measured them (never here)
+                cxx = compiler()
+                self._peaks = cpu_peaks(cxx, compiler_version(cxx), facts["name"], facts["threads_for_kernels"],
+                                        self.cache.root, measure_now=False)
+            except BackendError:
+                self._peaks = {}
+        facts.update(self._peaks)
         return facts
 
     def compile(self, source: str, params: dict[str, Any], task) -> Build:

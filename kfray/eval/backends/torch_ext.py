@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from kfray.config import kernel_threads
 from kfray.errors import BackendError
 from kfray.eval.backends.base import Backend, Build, CompileError
 from kfray.eval.compile_cache import CompileCache, run_compiler
@@ -119,7 +120,7 @@ class TorchExtCpuBackend(Backend):
     def device_facts(self) -> dict[str, Any]:
         from kfray.eval.backends.cpu import cpu_facts
 
-        return {**cpu_facts(), "threads_for_kernels": self.cfg.threads}
+        return {**cpu_facts(), "threads_for_kernels": kernel_threads(self.cfg)}
 
     def _compiler(self) -> tuple[str, str]:
         from kfray.eval.backends.cpu import compiler, compiler_version
