@@ -46,6 +46,8 @@ class SearchConfig:
     near_duplicate: float = 0.98     # reject a child this similar to an elite (same cell, params); 0: off
     parents: str = "archive"         # archive (MAP-Elites) | seeds (random search: children of seeds only)
     archive: str = "map_elites"      # map_elites (4x4x4 grid) | single (one cell: a plain elitist GA)
+    retime_top: int = 2              # at the end, the top kernels of each task timed again (0: off)...
+    retime_rounds: int = 3           # ...this many times each, round-robin, with the reference beside each
 
 
 @dataclass
@@ -59,6 +61,7 @@ class EvalConfig:
     timeout_s: float = 30.0          # one candidate's correctness + timing, in the sandbox
     compile_timeout_s: float = 60.0
     trials: int = 2                  # fresh random inputs per shape config for correctness
+    input_seed: int = 0              # 0: inputs drawn unpredictably (recorded in facts.input_seed); else replay that draw
     warmup: int = 1
     repeats: int = 5                 # at least this many timed runs per shape config
     max_repeats: int = 50

@@ -34,7 +34,9 @@ def test_correct_kernel_is_tier5_with_times_for_every_shape(evaluator):
     assert r.tier == 5, r.reason
     assert set(r.times) == set(load_task("axpb").shapes)
     assert all(t > 0 for t in r.times.values()) and all(t > 0 for t in r.ref_times.values())
-    assert r.speedup > 0 and r.fitness == pytest.approx(5 + r.speedup)
+    # one fused pass over x beats numpy's a * x + b (two passes and a temporary)
+    assert r.speedup > 1.0, (r.times, r.ref_times)
+    assert r.fitness == pytest.approx(5 + r.speedup)
     assert r.facts["per_shape"]["n4M"]["gbps"] > 0
     assert {"compile", "correctness", "timing"} <= set(r.stage_seconds)
 
@@ -80,7 +82,7 @@ def test_hang_times_out_and_the_evaluator_carries_on(evaluator):
         elapsed = time.time() - t0
         assert r.tier == 2 and "timeout: no result after 3 s" in r.reason, r.reason
         assert "killed" in r.reason, "the hung kernel's process must be killed"
-        assert 3 <= elapsed < 20, elapsed       # it waited the whole timeout, and no longer than needed
+        assert elapsed >= 3, elapsed            # it waited the whole timeout
     finally:
         evaluator.cfg.timeout_s = 20
     assert _eval(evaluator, load_task("axpb").seeds[0].source).tier == 5
@@ -122,4 +124,23 @@ def test_memory_hog_is_stopped_by_the_sandbox_limit(evaluator):
     r = _eval(evaluator, "#include <cstdint>\n#include <cstdlib>\n#include <cstring>\n" + SIG +
               "{ for (int k = 0; k < 64; ++k) { char* p = (char*)malloc(1ull << 30); if (!p) return 7; "
               "memset(p, 1, 1ull << 30); } return 0; }")
-    assert r.tier == 2
+    # malloc fails under the limit (return 7) or the runner is killed for memory: one evaluation
+    assert r.tier == 2 and ("returned 7" in r.reason or "memory" in r.reason.lower() or "crashed" in r.reason), \
+        r.reason
+
+
+def test_a_verdict_records_its_input_seed_and_replays_with_it(evaluator):
+    """The same draw again: a kernel that is wrong on some inputs only fails the same way."""
+    flaky = "#include <cstdint>\n#include <cmath>\n" + SIG + (
+        "{ for (int64_t i = 0; i < n; ++i) y[i] = a * x[i] + b;\n"
+        "  if (std::fabs(x[0]) > 1.0f) y[n - 1] += 1.0f;   // wrong only where x[0] is large\n  return 0; }")
+    first = _eval(evaluator, flaky)
+    seed = first.facts["input_seed"]
+    assert isinstance(seed, int) and seed > 0
+    evaluator.cfg.input_seed = seed
+    try:
+        again = _eval(evaluator, flaky)
+    finally:
+        evaluator.cfg.input_seed = 0
+    assert again.facts["input_seed"] == seed
+    assert (again.tier, again.reason.split(":")[0]) == (first.tier, first.reason.split(":")[0])

@@ -190,3 +190,43 @@ def test_sigterm_ends_a_run_cleanly_and_resume_finishes_it(ray_local, tmp_path, 
     summary = resume_search(run_dir, progress=False)
     assert summary["tasks"]["axpb"]["evaluated"] == budget
     assert before <= _check_db(db, budget)
+
+
+def test_an_evaluator_without_a_compiler_is_marked_down_and_the_rest_go_on(ray_local, tmp_path):
+    """A node whose compiler is missing raises BackendError for every job: that evaluator is taken
+    off the task with a line that says why, its job runs elsewhere, and nothing is lost; where no
+    evaluator can run the task, each candidate comes back failed with the reason."""
+    import ray
+
+    from kfray.candidate import Candidate
+    from kfray.config import EvalConfig
+    from kfray.eval.evaluator import Evaluator
+    from kfray.eval.queue import EvalQueue
+    from kfray.source import parse_params
+    from kfray.tasks import load_task
+
+    cfg = EvalConfig(cache_dir=str(tmp_path / "cache"), tune_budget=0, timeout_s=60)
+    cls = ray.remote(Evaluator)
+    broken = {"runtime_env": {"env_vars": {"CXX": "/nonexistent/g++"}}, "num_cpus": 0}
+    bad, good = cls.options(**broken).remote("cpu", cfg, "bad"), cls.options(num_cpus=0).remote("cpu", cfg, "good")
+    seeds = load_task("axpb").seeds_for("cpp")[:3]
+
+    def run(evaluators) -> tuple[list, EvalQueue]:
+        q = EvalQueue(evaluators)
+        for s in seeds:
+            q.submit(Candidate(task="axpb", language="cpp", source=s.source, params=parse_params(s.source).default()))
+        out, deadline = [], time.time() + 240
+        while len(q) and time.time() < deadline:
+            out += q.poll(0.5)
+        return out, q
+
+    try:
+        done, q = run([bad, good])
+        assert len(done) == 3 and all(r.tier == 5 for _, r in done), [r.reason for _, r in done]
+        assert len(q.notes) == 1 and "evaluator 0 is down for task axpb" in q.notes[0] and "CXX" in q.notes[0], q.notes
+        done, q = run([bad])
+        assert len(done) == 3 and all(r.tier == 2 and "no evaluator can run task axpb" in r.reason and
+                                      "CXX" in r.reason for _, r in done), [r.reason for _, r in done]
+    finally:
+        for a in (bad, good):
+            ray.kill(a)

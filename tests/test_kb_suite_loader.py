@@ -122,3 +122,24 @@ def test_the_memory_check_message():
     assert over_limit(2 * 2**30, 2 * 2**30) is None and over_limit(10**15, 0) is None
     msg = over_limit(2**30 + 1, 2**30)                   # just over: the figures still differ
     assert msg.startswith("needs 1 GiB") and "1,073,741,825 bytes" in msg
+
+
+def test_a_task_is_loaded_once_per_process_and_again_once_its_file_changes(tmp_path):
+    import os
+
+    from kfray.tasks import load_task
+
+    p = tmp_path / "level1" / "7_Scale.py"
+    p.parent.mkdir()
+    src = ("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+           "        super().__init__()\n\n    def forward(self, x):\n        return x * {k}\n\n\n"
+           "def get_inputs():\n    return [torch.randn(8, 16)]\n\n\ndef get_init_inputs():\n    return []\n")
+    p.write_text(src.format(k=2.0))
+    ref = f"kernelbench:{p}"
+    first = load_task(ref)
+    assert load_task(ref) is first                       # a sweep's evaluators do not reload it
+    p.write_text(src.format(k=3.0) + "# edited\n")
+    os.utime(p, ns=(first_ns := p.stat().st_mtime_ns + 10**9, first_ns))
+    again = load_task(ref)
+    assert again is not first
+    assert "x * 3.0" in again.seeds_for("suite")[0].source and "x * 2.0" in first.seeds_for("suite")[0].source

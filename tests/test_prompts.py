@@ -120,24 +120,33 @@ def test_round_trip_gives_identical_samples():
     assert clone.to_dict() == pop.to_dict()
 
 
-def test_evolver_uses_llm_rewrite(monkeypatch):
-    """Without Ray: an llm proposer config makes the evolver hand LLMProposer's rewrite to evolve."""
-    import sys
-    import types
+REWRITE = """```yaml
+philosophy: |
+  Profile first.
+strategies: |
+  - One pass per row.
+pitfalls: |
+  - Tails.
+analysis: |
+  Profile first.
+```"""
+
+
+def test_evolver_asks_the_model_to_rewrite_prompts(monkeypatch):
+    """With an llm proposer, the evolver's new meta-prompt is the model's rewrite (a real HTTP
+    server on 127.0.0.1 scripts the answer); with the offline proposer nothing asks a model."""
+    from llm_server import ScriptedServer
 
     from kfray.config import ProposerConfig
     from kfray.search.prompt_evolver import PromptEvolver
 
-    class FakeLLM:
-        def __init__(self, cfg):
-            self.cfg = cfg
-
-        def rewrite_meta_prompt(self, sections, feedback):
-            return {**sections, "analysis": "Profile first."}
-
-    monkeypatch.setitem(sys.modules, "kfray.proposers.llm", types.SimpleNamespace(LLMProposer=FakeLLM))
-    ev = PromptEvolver(PromptConfig(population=2, evolve_every=1), ProposerConfig(kind="llm"))
-    new = ev.report(ev.sample().id, 5.0)
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    with ScriptedServer([REWRITE]) as srv:
+        ev = PromptEvolver(PromptConfig(population=2, evolve_every=1),
+                           ProposerConfig(kind="llm", base_url=srv.base_url, model="scripted"))
+        new = ev.report(ev.sample().id, 5.0)
+        asked = len(srv.requests)
+    assert asked == 1 and "Performance feedback" in srv.requests[0]["messages"][1]["content"]
     assert new["sections"]["analysis"] == "Profile first." and new["generation"] == 1
     offline = PromptEvolver(PromptConfig(population=2, evolve_every=1), ProposerConfig(kind="offline"))
     assert offline.report(offline.sample().id, 5.0)["sections"]["analysis"] != "Profile first."
@@ -158,15 +167,17 @@ def test_prompt_evolver_actor(ray_local):
             if new is not None:
                 news.append(new)
         assert len(news) == 2 and news[0]["generation"] >= 1
-        same = ray.get_actor(name)
-        assert same._actor_id == h._actor_id
-        again = make_prompt_evolver(name, PromptConfig(), seed=9)   # get_if_exists: same actor
-        assert again._actor_id == h._actor_id
-        assert ray.get(same.generations.remote()) >= 2
+        # Every island that asks for the evolver by name gets the one that has the reports so far,
+        # not a fresh population (different settings and seed are ignored).
+        again = make_prompt_evolver(name, PromptConfig(population=7), seed=9)
+        assert ray.get(again.generations.remote()) == ray.get(h.generations.remote()) == 2
+        ray.get(again.report.remote(ray.get(again.sample.remote()).id, 9.0))
+        assert len(ray.get(h.all_prompts.remote())) == len(ray.get(again.all_prompts.remote()))
+        same = again
         snap = ray.get(same.snapshot.remote())
         assert MetaPromptPopulation.from_dict(snap).generations() >= 2
         rows = ray.get(h.all_prompts.remote())
-        assert len(rows) == 5
+        assert len(rows) == 5          # the population of 3 and the 2 generations' children
         assert {"id", "generation", "sections", "parents", "hints", "uses", "reports", "mean",
                 "best"} <= set(rows[0])
     finally:

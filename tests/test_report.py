@@ -69,8 +69,12 @@ def test_lineage_shows_a_diff_and_the_prompt_at_each_step(run_dir):
     text = lineage_html(run, chain)
     assert re.search(r'<span class="(add|del)">[+-]', text), "a lineage step without a diff line"
     assert child["prompt_id"] in text and child["origin"] in text
-    if len(run.lineage(run.best("matmul")["id"])) > 1:
-        assert re.search(r'<span class="(add|del)">[+-]', section)
+    # the best's own lineage is shown with a diff exactly where one of its steps changed the source
+    best_chain = run.lineage(run.best("matmul")["id"])
+    changed = any(run.source(c["id"]) != run.source(c["parent_id"]) for c in best_chain[1:])
+    own = section[:section.find("<h2", 1)] if "<h2" in section[1:] else section
+    assert f"({len(best_chain)} steps" in own
+    assert bool(re.search(r'<span class="(add|del)">[+-]', own)) == changed, (len(best_chain), changed)
 
 
 def test_report_out_elsewhere_keeps_relative_png_paths(run_dir, tmp_path):

@@ -68,7 +68,9 @@ def test_a_modelnew_file_gets_kernelbenchs_verdict_and_both_figures(tmp_path, ca
     suite = res.facts["suite"]
     assert suite["name"] == "KernelBench" and suite["trials"] == "5/5"
     assert suite["rtol"] == suite["atol"] == 1e-4
-    assert suite["speedup"] > 0 and res.speedup > 0           # the suite's way and kfray's way
+    # clamp_min is relu's cost: about 1x, the suite's way and kfray's way, and the two agree
+    assert 1 / 3 < suite["speedup"] < 3 and 1 / 3 < res.speedup < 3, (suite["speedup"], res.speedup)
+    assert 1 / 3 < suite["speedup"] / res.speedup < 3
     assert res.facts["per_shape"]["default"]["samples"] == 10
 
 
@@ -227,7 +229,7 @@ def test_kf_forward_kernels_on_a_kernelbench_task_are_held_to_its_rule_too(tmp_p
     assert backend == "cpu"
     assert res.correct is correct, res.reason
     if not correct:
-        assert "the suite's rule: allclose over every element" in res.reason and "atol=0.0001" in res.reason
+        assert "every element must be within it" in res.reason and "atol=0.0001" in res.reason
 
 
 @needs_gxx

@@ -89,7 +89,8 @@ extern "C" int kf_forward(const float* x, const float* w, const float* b, float*
 def test_kernelbench_kernels_run_in_the_sandbox(evaluator):
     r = _eval(evaluator, f"kernelbench:{KB / 'level1' / '1_Relu.py'}", RELU)
     assert r.tier == 5, r.reason
-    assert r.speedup > 0 and r.ref_times["default"] > 0
+    # an elementwise loop and torch's own relu are within a small factor of each other
+    assert 0.2 < r.speedup < 20 and r.ref_times["default"] > 0, (r.times, r.ref_times)
     ref = f"kernelbench:{KB / 'level1' / '2_Linear_bias.py'}"
     assert _eval(evaluator, ref, LINEAR).tier == 5
     r = _eval(evaluator, ref, LINEAR.replace("float s = b[o];", "float s = 0.f;"))     # forgets the bias

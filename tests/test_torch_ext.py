@@ -285,7 +285,8 @@ def test_cpp_extension_is_correct_and_timed_against_eager_pytorch(tasks, builds,
     r = _eval(evaluator, tasks["kb"], LINEAR_RELU_CPP)
     assert r.tier == 5, r.reason
     assert r.facts["compile_cached"] and r.facts["form"] == "suite" and r.facts["suite"]["name"] == "KernelBench"
-    assert r.times["default"] > 0 and r.ref_times["default"] > 0 and r.speedup > 0
+    # one output element at a time loses to eager PyTorch's BLAS linear layer
+    assert r.times["default"] > 0 and r.ref_times["default"] > 0 and 0 < r.speedup < 1, (r.times, r.ref_times)
 
 
 @needs_gxx
@@ -345,7 +346,7 @@ def test_cu_extension_is_correct_and_timed_on_the_gpu(tasks, cache_env):
     try:
         r = _eval(ev, tasks["kb"], LINEAR_RELU_CU)
         assert r.tier == 5, r.reason
-        assert r.hardware.startswith("cuda") and r.ref_times["default"] > 0 and r.speedup > 0
+        assert r.hardware.startswith("cuda") and r.ref_times["default"] > 0 and 0 < r.speedup < 1   # naive vs cuBLAS
         wrong = _eval(ev, tasks["kb"], LINEAR_RELU_CU.replace("1.5f * acc", "1.4f * acc"))
         assert wrong.tier == 4 and "output 0" in wrong.reason
     finally:

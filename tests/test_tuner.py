@@ -154,7 +154,7 @@ def test_island_adopts_tuned_params_and_prompt_shows_tuning():
     assert "- UNROLL=4: 2.000x" in text and "- UNROLL=16: failed (tier 4)" in text
     # ingest reports the adopted params so the coordinator can store them
     kid = isl.propose(1)[0]
+    kid.params = {"UNROLL": 2}          # evaluated at 2, the tuner found 8 better
     rec = isl.ingest([(kid, EvalResult(candidate_id=kid.id, tier=5, times={"n1M": 1.0}, ref_times={"n1M": 1.0},
                                        facts={"tuned_params": {"UNROLL": 8}}))])[0]
-    if "UNROLL" in kid.params and kid.params != {"UNROLL": 8}:
-        assert rec["params"] == {"UNROLL": 8}
+    assert rec["params"] == {"UNROLL": 8} and kid.params == {"UNROLL": 8}

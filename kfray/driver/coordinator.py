@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -56,6 +57,7 @@ class Coordinator:
         self.ledger = TaskLedger(list(self.tasks), s.budget, s.batch, s.migrate_every, s.share_budget)
         self.islands: dict[str, list] = {}            # task -> island actor handles
         self.cross_hardware: list[dict] = []
+        self.notes: list[str] = []                   # evaluators marked down for a task, and why
         self.placement: dict[str, str] = {}          # actor name -> Ray node id
         self.name = f"kfray-{self.run_dir.name}-{int(time.time() * 1000) % 10**8}"
         self.actors: list = []
@@ -128,6 +130,11 @@ class Coordinator:
             for c, r in hc.queue.poll(0):
                 r.hardware = hc.label
                 out.append((hc.label, c, r))
+            while hc.queue.notes:                 # an evaluator that cannot run a task: said once
+                note = f"{hc.label}: {hc.queue.notes.pop(0)}"
+                print(f"kfray: {note}", file=sys.stderr, flush=True)
+                self.notes.append(note)
+                self.store.set_meta(notes=self.notes)
         return out
 
     def _evaluate_seeds(self) -> None:

@@ -73,6 +73,7 @@ class TaskLedger:
         self.pending: dict[tuple[str, int], set] = {}     # island -> candidate ids in evaluation
         self.done: dict[tuple[str, int], list] = {}       # island -> (candidate, result) dicts so far
         self.owners: dict[str, Owner] = {}
+        self.ref_times: dict[tuple[str, str], dict[str, float]] = {}   # (task, hardware class) -> shape -> s
 
     # -- islands ----------------------------------------------------------------------------------
     def add_island(self, ref: str, label: str) -> int:
@@ -169,8 +170,24 @@ class TaskLedger:
         if c.origin == f"seed:{baseline_name}" and r.correct:
             t.baselines[label] = r.speedup
 
+    def one_denominator(self, label: str, c: Candidate, r: EvalResult) -> None:
+        """Every speedup of a task on one hardware class over the same reference time per shape: the
+        first one measured (the seeds', evaluated first). An evaluator re-times its reference after
+        a restart, under whatever load there is then; archives compare speedups a few percent
+        apart, so a drifting denominator would decide between kernels. The evaluator's own figure
+        stays in `facts["ref_times_measured"]`."""
+        if not r.ref_times:
+            return
+        canon = self.ref_times.setdefault((c.task, label), {})
+        for shape, s in r.ref_times.items():
+            canon.setdefault(shape, s)
+        if any(canon[s] != v for s, v in r.ref_times.items()):
+            r.facts["ref_times_measured"] = dict(r.ref_times)
+            r.ref_times = {s: canon[s] for s in r.ref_times}
+
     def record(self, label: str, c: Candidate, r: EvalResult, key: tuple | None = None) -> None:
         """Count a result and keep the task's best, overall and per hardware class."""
+        self.one_denominator(label, c, r)
         t = self.tasks[c.task]
         if c.source.strip():
             t.known[key or (label, source_hash(c.source, c.params))] = (c.to_dict(), r.to_dict())

@@ -9,7 +9,7 @@ from typing import Any
 import ray
 
 from kfray.candidate import Candidate
-from kfray.driver.migrate import arrive, migrate
+from kfray.driver.migrate import Migrations, arrive
 from kfray.driver.progress import Progress
 
 
@@ -20,15 +20,18 @@ def event_loop(co, t_start: float) -> None:
     bar = Progress(co.progress, led.total_budget(), led)
     bar.advance(led.total_spent())
     deadline = t_start + s.time_limit_s if s.time_limit_s > 0 else float("inf")
+    mig = Migrations(co)
     while not co.stopping:
         for ref, i, n in led.requests(out_of_time=time.time() > deadline):
             proposing[co.islands[ref][i].propose.remote(n)] = (ref, i)
         waitable = list(proposing) + list(ingesting)
-        if not waitable and not co.pending():
+        if not waitable and not co.pending() and not mig.refs():
             break
         # Sleep until anything at all completes (no busy polling: the driver's CPU is the engine's
         # overhead), then take everything that is ready.
-        ray.wait(waitable + [r for hc in co.classes for r in hc.queue.refs()], num_returns=1, timeout=1.0)
+        ray.wait(waitable + mig.refs() + [r for hc in co.classes for r in hc.queue.refs()], num_returns=1,
+                 timeout=1.0)
+        mig.step()
         ready = ray.wait(waitable, num_returns=len(waitable), timeout=0)[0] if waitable else []
         for fut in ready:
             if fut in proposing:
@@ -48,7 +51,7 @@ def event_loop(co, t_start: float) -> None:
                     ingesting[co.islands[ref][i].ingest.remote(got.known)] = (ref, i, got.known)
             else:
                 ref, i, pairs = ingesting.pop(fut)
-                took(co, fut, ref, i, pairs)
+                took(co, fut, ref, i, pairs, mig)
         results = co.poll()
         rows = []
         for label, c, r in results:
@@ -66,7 +69,7 @@ def event_loop(co, t_start: float) -> None:
     bar.close()
 
 
-def took(co, fut, ref: str, i: int, pairs: list) -> None:
+def took(co, fut, ref: str, i: int, pairs: list, mig: Migrations) -> None:
     """An island's answer to a batch: outcomes and transitions recorded, its checkpoint kept, and a
     migration when every island of the task is due."""
     led = co.ledger
@@ -95,7 +98,4 @@ def took(co, fut, ref: str, i: int, pairs: list) -> None:
     if info["new_prompts"]:
         co.save_prompts()
     if due:
-        try:
-            migrate(co, ref)
-        except ray.exceptions.RayActorError:
-            pass        # an island died mid-migration: its next ingest brings it back
+        mig.start(ref)          # asynchronous: the loop sends the migrants on once all islands answered

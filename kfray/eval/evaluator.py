@@ -40,11 +40,14 @@ class Evaluator:
         return {"name": self.name, "hardware": self.backend.hardware_class(),
                 "facts": self.backend.device_facts(), "pid": os.getpid(), "node": _node_id()}
 
-    def evaluate(self, cand: dict | Candidate, task_ref: str | None = None, tune: bool = True) -> dict:
+    def evaluate(self, cand: dict | Candidate, task_ref: str | None = None, tune: bool = True,
+                 retime: bool = False) -> dict:
         """Compile, check and time one candidate; every failure is a result, never an exception.
-        With `eval.tune_budget`, a candidate with @kf.param tunables is tuned (kfray.eval.tuner)."""
+        With `eval.tune_budget`, a candidate with @kf.param tunables is tuned (kfray.eval.tuner).
+        `retime`: a kernel judged correct before, timed again with its reference timed afresh in
+        the same job (the timed runs' checks and the recheck still apply; kfray.driver.retime)."""
         c = cand if isinstance(cand, Candidate) else Candidate.from_dict(cand)
-        if tune and self.cfg.tune_budget > 0 and c.source.strip():
+        if tune and not retime and self.cfg.tune_budget > 0 and c.source.strip():
             from kfray.eval.tuner import tune_candidate
             tuned = tune_candidate(self, c, task_ref)   # None: nothing to tune
             if tuned is not None:
@@ -77,7 +80,10 @@ class Evaluator:
                "cache_bytes": int(self.backend.device_facts().get("cache_bytes", 32 << 20)),
                "torch_compile": bool(self.cfg.torch_compile and hasattr(task, "param_args")),
                "suite_perf_trials": self.cfg.suite_perf_trials, "suite_time_budget_s": self.cfg.suite_time_budget_s,
-               "slow_factor": self.cfg.slow_factor, "max_timeout_s": self.cfg.max_timeout_s}
+               "slow_factor": self.cfg.slow_factor, "max_timeout_s": self.cfg.max_timeout_s,
+               "input_seed": self.cfg.input_seed, "fresh_reference": retime}
+        if retime:
+            job["trials"] = 0
         with self.device_lock:
             t_dev = time.perf_counter()
             try:

@@ -66,8 +66,16 @@ def _host_clock(fn: Callable[[], Any]) -> float:
 def run_job(backend, fn: Callable, task, job: dict) -> dict:
     """Correctness on fresh inputs, then timing of kernel and reference on rotated inputs, then
     checks that the timed runs computed what they should."""
+    # Unpredictable inputs, and the draw recorded so that the verdict can be replayed (eval.input_seed).
+    seed = int(job.get("input_seed") or 0) or int.from_bytes(os.urandom(7), "little")
+    backend._pool = None              # the input pool too is drawn from this job's seed (kfray.eval.draws)
+    out = _run_job(backend, fn, task, job, np.random.default_rng(seed))
+    out.setdefault("facts", {})["input_seed"] = seed
+    return out
+
+
+def _run_job(backend, fn: Callable, task, job: dict, rng) -> dict:
     stages: dict[str, float] = {}
-    rng = np.random.default_rng(int.from_bytes(os.urandom(8), "little"))  # unpredictable inputs
     t0 = time.perf_counter()
     tier, reason, extra = check_all(backend, fn, task, job["trials"], rng)
     stages["correctness"] = time.perf_counter() - t0
@@ -109,7 +117,7 @@ def run_job(backend, fn: Callable, task, job: dict) -> dict:
         if bad:
             return _fail(*bad, stages)
         key = (task.ref, shape, backend.name)
-        if key not in _REF_TIMES:
+        if key not in _REF_TIMES or job.get("fresh_reference"):
             with paused(fn):           # nothing of the candidate's runs while its reference is timed
                 rts = time_fn(backend, lambda i: backend.reference(task, sets[i]), n_sets, 1, job["repeats"],
                               max(job["repeats"], job["max_repeats"] // 2), job["min_time"])

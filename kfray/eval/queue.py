@@ -3,7 +3,10 @@
 Pull-style, like `ray.util.ActorPool`: an evaluator gets its next job as soon as it finishes one,
 so fast and slow devices share the load. A job whose evaluator dies is put back at the front and
 goes to the next free evaluator. Ray restarts the dead one; until a probe call answers, it gets
-no work (a node that left the cluster may never bring it back).
+no work (a node that left the cluster may never bring it back). An evaluator that raises for a task
+(no compiler on its node, a task that will not load there) is marked down for that task only, with
+the reason in `notes`; its job goes to another evaluator, and where none can run the task it comes
+back as a failed evaluation that says why. Nothing polled is lost.
 """
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ import collections
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from kfray.candidate import TIER_RUNTIME_ERROR, Candidate, EvalResult
 
@@ -29,6 +32,9 @@ class EvalQueue:
         self.requeued = 0
         self.per_evaluator = [0] * len(self.evaluators)
         self.down: dict[int, Any] = {}          # evaluator idx -> probe ObjectRef while it is unhealthy
+        self.refused: dict[str, dict[int, str]] = {}    # task -> {evaluator idx: why it cannot run it}
+        self.notes: list[str] = []              # one line per evaluator marked down for a task, for the user
+        self._unrunnable: list[tuple[Candidate, EvalResult]] = []
 
     def submit(self, cand: Candidate) -> None:
         self.waiting.append(cand)
@@ -37,13 +43,21 @@ class EvalQueue:
     def _dispatch(self) -> None:
         self._check_probes()
         while self.waiting:
-            healthy = [i for i in range(len(self.evaluators)) if i not in self.down]
+            cand = self.waiting[0]
+            refused = self.refused.get(cand.task, {})
+            if len(refused) == len(self.evaluators):        # nobody here can run this task
+                self.waiting.popleft()
+                why = "; ".join(sorted(set(refused.values())))[:1000]
+                self._unrunnable.append((cand, EvalResult(candidate_id=cand.id, tier=TIER_RUNTIME_ERROR,
+                                                          reason=f"no evaluator can run task {cand.task}: {why}")))
+                continue
+            healthy = [i for i in range(len(self.evaluators)) if i not in self.down and i not in refused]
             if not healthy:
                 return
             idx = min(healthy, key=lambda i: self.load[i])
             if self.load[idx] >= self.depth:
                 return
-            cand = self.waiting.popleft()
+            self.waiting.popleft()
             ref = self.evaluators[idx].evaluate.remote(cand.to_dict(), cand.task)
             self.in_flight[ref] = (cand, idx)
             self.load[idx] += 1
@@ -66,18 +80,20 @@ class EvalQueue:
         return list(self.in_flight) + list(self.down.values())
 
     def __len__(self) -> int:
-        return len(self.waiting) + len(self.in_flight)
+        return len(self.waiting) + len(self.in_flight) + len(self._unrunnable)
 
     def poll(self, timeout: float = 0.05) -> list[tuple[Candidate, EvalResult]]:
         """Results that are ready within `timeout`; lost jobs are requeued, never dropped."""
+        done, self._unrunnable = self._unrunnable, []
         if not self.in_flight:
             self._dispatch()
-            return []
+            done, self._unrunnable = done + self._unrunnable, []
+            return done
         ready, _ = ray.wait(list(self.in_flight), num_returns=len(self.in_flight), timeout=timeout)
         if not ready and timeout == 0:
             self._dispatch()
-            return []
-        done = []
+            done, self._unrunnable = done + self._unrunnable, []
+            return done
         for ref in ready:
             cand, idx = self.in_flight.pop(ref)
             self.load[idx] -= 1
@@ -94,6 +110,21 @@ class EvalQueue:
                     continue
                 res = EvalResult(candidate_id=cand.id, tier=TIER_RUNTIME_ERROR,
                                  reason=f"its evaluator died {n} times while evaluating it: {type(e).__name__}")
+            except RayTaskError as e:                       # this evaluator cannot run this task
+                why = _first_line(e)
+                self.refused.setdefault(cand.task, {})[idx] = why
+                self.notes.append(f"evaluator {idx} is down for task {cand.task}: {why}")
+                self.waiting.appendleft(cand)
+                continue
             done.append((cand, res))
         self._dispatch()
+        done, self._unrunnable = done + self._unrunnable, []
         return done
+
+
+def _first_line(e: RayTaskError) -> str:
+    """The error the evaluator raised (KfrayError's one line), without Ray's traceback."""
+    cause = getattr(e, "cause", None)
+    text = str(cause) if cause is not None else str(e)
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return (f"{type(cause).__name__}: " if cause is not None else "") + (lines[0][:300] if lines else "error")

@@ -12,15 +12,19 @@ def summary_table(summary: dict) -> Table:
     t = Table(title=f"kfray: {summary['evaluated']} candidates, {summary['islands']} islands, "
                     f"{summary['migrations']} migrations, {summary['prompt_generations']} prompt generations, "
                     f"{summary['wall_seconds']:.0f} s")
-    for col in ("task", "best vs ref", "best vs seed", "correct/total", "cells", "migrations"):
+    for col in ("task", "best vs ref", "re-timed range", "first figure", "best vs seed", "correct/total", "cells",
+                "migrations"):
         t.add_column(col, justify="left" if col == "task" else "right", no_wrap=True)
     roof = any(s.get("roofline") for s in summary["tasks"].values())
     if roof:                           # CPU runs: the best's share of the measured copy bandwidth / FMA peak
         t.add_column("of roofline", justify="right", no_wrap=True)
     for name, s in summary["tasks"].items():
         dry = " (ran dry)" if s.get("ran_dry") else ""
+        spread = s.get("best_spread")
         t.add_row(name + dry,
                   f"{s['best_speedup_vs_reference']:.2f}x" if s["correct"] else "-",
+                  f"{spread[0]:.2f}-{spread[1]:.2f}x" if s["correct"] and spread else "-",
+                  f"{s['best_speedup_first']:.2f}x" if s["correct"] and s.get("best_speedup_first") else "-",
                   f"{s['best_speedup_vs_seed']:.2f}x" if s["correct"] else "-",
                   f"{s['correct_count']} / {s['evaluated']}", str(s["cells_filled"]), str(s["migrations"]),
                   *([roofline_cell(s.get("roofline"))] if roof else []))

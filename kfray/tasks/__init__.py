@@ -52,8 +52,32 @@ def _split_set(ref: str) -> tuple[str, str]:
     return base, shape_set
 
 
-@lru_cache(maxsize=64)
+TASK_CACHE = 1024      # loaded tasks kept per process: a whole sweep (KernelBench's 250 and robust-kbench)
+
+
 def load_task(ref: str) -> Task:
+    """The task a ref names. Loads are kept per process, keyed on the ref and its file's size and
+    modification time, so a sweep loads (and traces) each problem once per evaluator, and a file
+    edited since is loaded again."""
+    return _load_task(ref, _stamp(ref))
+
+
+load_task.cache_clear = lambda: _load_task.cache_clear()      # type: ignore[attr-defined]
+
+
+def _stamp(ref: str) -> tuple:
+    base, _ = _split_set(ref)
+    rest = base.partition(":")[2] if base.partition(":")[0] in KINDS + ("kb", "robust-kbench") else base
+    path = rest.split("#", 1)[0]
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return ()
+    return (st.st_size, st.st_mtime_ns)
+
+
+@lru_cache(maxsize=TASK_CACHE)
+def _load_task(ref: str, stamp: tuple) -> Task:
     base, shape_set = _split_set(ref)
     kind, rest = _kind(base)
     if kind == "rkb":          # the suffix is robust-kbench's mode: it decides which configs exist at all

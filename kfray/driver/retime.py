@@ -1,0 +1,83 @@
+"""The winner's curse, undone: a run's best is its single highest noisy measurement out of many,
+so at the end the top few correct kernels of each task are timed again before a best is named.
+
+Each is timed `search.retime_rounds` times, round-robin over the task's top kernels and over the
+evaluators of its hardware class, every time with its reference timed afresh beside it in the same
+job. A kernel's re-timed figure is the median of those speedups, with their range as the spread;
+the task's best is the best by that median, and its first figure is kept beside it.
+"""
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+import ray
+
+from kfray.candidate import Candidate, EvalResult
+
+
+def contenders(book, top: int) -> list[tuple[dict, dict]]:
+    """The task's `top` fastest trusted, correct kernels (candidate, result dicts), fastest first."""
+    seen, out = set(), []
+    for c, r in sorted(book.known.values(), key=lambda p: EvalResult.from_dict(p[1]).speedup, reverse=True):
+        res = EvalResult.from_dict(r)
+        if res.speedup <= 0 or c["id"] in seen:
+            continue
+        seen.add(c["id"])
+        out.append((c, r))
+        if len(out) == top:
+            break
+    return out
+
+
+def summarize(first: float, speedups: list[float]) -> dict[str, Any]:
+    """A kernel's re-timed figure: median and range of the rounds that stayed correct."""
+    if not speedups:
+        return {"first": round(first, 4), "retimed": 0.0, "low": 0.0, "high": 0.0, "rounds": 0}
+    return {"first": round(first, 4), "retimed": round(statistics.median(speedups), 4),
+            "low": round(min(speedups), 4), "high": round(max(speedups), 4), "rounds": len(speedups)}
+
+
+def retime_bests(co) -> dict[str, dict[str, Any]]:
+    """{task: {"best": candidate id, "kernels": {id: summarize(...)}}} for every task with a
+    correct kernel; {} with search.retime_top or retime_rounds at 0."""
+    top, rounds = co.cfg.search.retime_top, co.cfg.search.retime_rounds
+    if top <= 0 or rounds <= 0:
+        return {}
+    jobs: list[tuple[str, dict, Any]] = []          # (task, candidate dict, future)
+    turn: dict[str, int] = {}
+    for _ in range(rounds):
+        for ref, book in co.ledger.tasks.items():
+            for c, r in contenders(book, top):
+                hc = co.by_label.get(r.get("hardware", "")) or co.classes[0]
+                k = turn[hc.label] = turn.get(hc.label, -1) + 1
+                ev = hc.evaluators[k % len(hc.evaluators)]
+                jobs.append((ref, c, ev.evaluate.remote(c, ref, False, True)))
+    got: dict[tuple[str, str], list[float]] = {}
+    for ref, c, fut in jobs:
+        try:
+            res = EvalResult.from_dict(ray.get(fut))
+        except ray.exceptions.RayError:
+            continue
+        speeds = got.setdefault((ref, c["id"]), [])
+        if res.speedup > 0:
+            speeds.append(res.speedup)
+    out: dict[str, dict[str, Any]] = {}
+    for ref, book in co.ledger.tasks.items():
+        kernels = {c["id"]: summarize(EvalResult.from_dict(r).speedup, got.get((ref, c["id"]), []))
+                   for c, r in contenders(book, top)}
+        if kernels:
+            best = max(kernels, key=lambda i: kernels[i]["retimed"])
+            out[ref] = {"best": best, "kernels": kernels}
+    return out
+
+
+def best_pair(co, ref: str, retimed: dict) -> tuple[Candidate, EvalResult] | None:
+    """The task's best after re-timing, as (candidate, its first result), or None."""
+    info = retimed.get(ref)
+    if not info or info["kernels"][info["best"]]["retimed"] <= 0:
+        return None
+    for c, r in co.ledger.tasks[ref].known.values():
+        if c["id"] == info["best"]:
+            return Candidate.from_dict(c), EvalResult.from_dict(r)
+    return None
