@@ -96,3 +96,20 @@ def test_new_seed_is_correct_at_its_settings(evaluator, task, seed):
     for p in picks:
         r = _judge(evaluator, task, src, p)
         assert r.tier == 5, f"{task}/{seed} {p}: {r.reason[:600]}"
+
+
+def test_roofline_entry_shares_and_bound():
+    from kfray.eval.backends.cpu_peaks import roofline_entry
+    from kfray.report.roofline import roofline_cell, roofline_text
+
+    peaks = {"machine_copy_gbps": 20.0, "fp32_fma_peak_gflops": 300.0, "peaks_threads": 2}
+    axpb = load_task("axpb")
+    times = {s: axpb.cost(s)[0] / 18e9 for s in axpb.shapes}          # 18 GB/s on every shape
+    r = roofline_entry(axpb, times, peaks)
+    assert r["bound"] == "memory" and r["share_of_copy_bw"] == pytest.approx(0.9, abs=1e-3)
+    assert r["share_of_bound"] == r["share_of_copy_bw"] and roofline_cell(r) == "90% copy"
+    mm = load_task("matmul")
+    r = roofline_entry(mm, {s: mm.cost(s)[1] / 150e9 for s in mm.shapes}, peaks)
+    assert r["bound"] == "compute" and roofline_cell(r) == "50% FMA"
+    assert "50% of the FMA peak" in roofline_text(r)
+    assert roofline_entry(mm, {"sq256": 1e-3}, {}) == {}             # no figures: no entry

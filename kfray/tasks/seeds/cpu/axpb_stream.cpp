@@ -1,16 +1,18 @@
-// y = a * x + b at the machine's copy bandwidth: each thread takes one contiguous, 64-byte aligned
-// slice (one pass of the memory system, no chunk hand-offs), the body is AVX-512 / AVX2 fused
-// multiply-adds (a portable omp simd loop elsewhere), and with NT the stores are non-temporal:
-// y bypasses the cache, so no line of y is read before it is written (a third of the traffic of a
-// plain store); PF prefetches x that many floats ahead. Heads and tails before the first aligned vector are done one element at a time.
+// y = a * x + b at the machine's copy bandwidth. Threads take SLICE-float pieces as they come free
+// (a thread the OS delays costs one piece), or with SLICE 0 one contiguous slice each. The body is
+// AVX-512 / AVX2 fused multiply-adds (a portable omp simd loop elsewhere); with NT the stores are
+// non-temporal: y bypasses the cache, so no line of y is read before it is written (a third of
+// the traffic of a plain store). PF prefetches x that many floats ahead. Elements before the first
+// aligned vector and after the last are done one at a time.
 #include <cstdint>
 #include <omp.h>
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 // @kf.param NT in [1, 0]
-// @kf.param UNROLL in [2, 4, 1]
+// @kf.param UNROLL in [4, 2, 1]
 // @kf.param PF in [0, 512, 2048]
+// @kf.param SLICE in [65536, 0, 262144]
 
 #if defined(__AVX512F__)
 #define VW 16
@@ -56,10 +58,17 @@ extern "C" int kf_forward(const float* __restrict x, float* __restrict y, float 
     if (n < (1 << 14)) { kf_slice(x, y, a, b, 0, n); return 0; }   // too small to share
     #pragma omp parallel
     {
-        const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-        const int64_t per = ((n + nt - 1) / nt + 15) / 16 * 16;       // whole 64-byte lines per thread
-        const int64_t lo = t * per < n ? t * per : n, hi = lo + per < n ? lo + per : n;
-        kf_slice(x, y, a, b, lo, hi);
+        if (SLICE == 0) {                      // one contiguous slice per thread
+            const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+            const int64_t per = ((n + nt - 1) / nt + 15) / 16 * 16;   // whole 64-byte lines per thread
+            const int64_t lo = t * per < n ? t * per : n, hi = lo + per < n ? lo + per : n;
+            kf_slice(x, y, a, b, lo, hi);
+        } else {                               // SLICE-float pieces to whichever thread is free
+            const int64_t pieces = (n + SLICE - 1) / SLICE;
+            #pragma omp for schedule(dynamic)
+            for (int64_t p = 0; p < pieces; ++p)
+                kf_slice(x, y, a, b, p * SLICE, p * SLICE + SLICE < n ? p * SLICE + SLICE : n);
+        }
 #ifdef VW
         if (NT) _mm_sfence();                  // streamed stores visible before the call returns
 #endif

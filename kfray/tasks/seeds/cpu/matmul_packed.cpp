@@ -1,7 +1,8 @@
 // C = A @ B as a packed sgemm: B is packed once per BK-deep slice into NR-wide panels (zero-padded,
 // contiguous along k), each thread packs MR rows of A at a time, and a register micro-kernel keeps
 // an MR x NR block of C in vector registers (AVX-512: NR = 32, AVX2: NR = 16, portable: NR = 16 with
-// omp simd). Threads share the B panels and split the row panels. Edge tiles go through a local
+// omp simd). Threads share the B panels and take row panels (or single tiles, SCHED) as they
+// come free, so a thread the OS delays costs one panel, not half the work. Edge tiles go through a local
 // tile, so any m, n, k is right.
 #include <cstdint>
 #include <cstdlib>
@@ -9,8 +10,8 @@
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
-// @kf.param MR in [4, 6, 8, 12]
-// @kf.param BK in [128, 256, 384, 512]
+// @kf.param MR in [12, 8, 6, 4]
+// @kf.param BK in [256, 384, 128, 512]
 // @kf.param SCHED in [0, 1]
 
 #if defined(__AVX512F__)
@@ -117,7 +118,7 @@ extern "C" int kf_forward(const float* __restrict A, const float* __restrict B, 
             }
             float ap[MR * BK] __attribute__((aligned(64)));
             float tile[MR * NR] __attribute__((aligned(64)));
-            #pragma omp for schedule(static) nowait
+            #pragma omp for schedule(dynamic) nowait
             for (int64_t ipj = 0; ipj < mpan * (SCHED ? npan : 1); ++ipj) {
                 const int64_t ip = SCHED ? ipj / npan : ipj;
                 const int64_t i0 = ip * MR, h = m - i0 < MR ? m - i0 : MR;
