@@ -10,8 +10,9 @@ once per compiler into the compile cache, measures them with OpenMP on that many
   compiler targets (AVX-512, AVX2, else scalar).
 
 Each figure is the best of several runs (a busy machine only ever lowers it). The result is kept
-under <cache>/devices, one file per CPU model, thread count and compiler; a failed probe is not
-kept, and the facts then simply lack the figures.
+under <cache>/devices, one file per CPU model, thread count and compiler, unless the machine was
+busy (the threads' FMA rate short of the thread count times one thread's: other work held cores),
+when it serves that run only; a failed probe gives no figures.
 """
 from __future__ import annotations
 
@@ -70,7 +71,7 @@ static double copy_gbps(bool nt) {
     return 2.0 * n * 4 / best / 1e9;
 }
 
-static double fma_gflops() {
+static double fma_gflops(int threads) {
 #if defined(__AVX512F__)
     typedef __m512 V; const int W = 16;
 #define SET(x) _mm512_set1_ps(x)
@@ -92,7 +93,7 @@ static double fma_gflops() {
     volatile float sink = 0.f;
     for (int r = 0; r < 5; ++r) {
         double t0 = now();
-        #pragma omp parallel
+        #pragma omp parallel num_threads(threads)
         {
             V acc[12];
             for (int j = 0; j < 12; ++j) acc[j] = SET(1.0f + j * 1e-3f);
@@ -109,12 +110,14 @@ static double fma_gflops() {
         double t = now() - t0;
         if (t < best) best = t;
     }
-    return 2.0 * 12 * W * iters * omp_get_max_threads() / best / 1e9;
+    return 2.0 * 12 * W * iters * threads / best / 1e9;
 }
 
 int main() {
-    double plain = copy_gbps(false), nt = copy_gbps(true), peak = fma_gflops();
-    printf("{\"copy_plain_gbps\": %.2f, \"copy_nt_gbps\": %.2f, \"fma_peak_gflops\": %.1f}\n", plain, nt, peak);
+    double plain = copy_gbps(false), nt = copy_gbps(true);
+    double one = fma_gflops(1), peak = fma_gflops(omp_get_max_threads());
+    printf("{\"copy_plain_gbps\": %.2f, \"copy_nt_gbps\": %.2f, \"fma_peak_gflops\": %.1f, \"fma_one_gflops\": %.1f}\n",
+           plain, nt, peak, one);
     return 0;
 }
 """
@@ -151,7 +154,9 @@ def measure(cxx: str, version: str, threads: int, root: Path) -> dict[str, Any]:
         return {}
     return {"machine_copy_gbps": max(out["copy_plain_gbps"], out["copy_nt_gbps"]),
             "machine_copy_plain_gbps": out["copy_plain_gbps"], "fp32_fma_peak_gflops": out["fma_peak_gflops"],
-            "peaks_threads": threads}
+            "peaks_threads": threads,
+            # the threads' FMA rate short of threads x one thread's: other work held cores (not kept)
+            "peaks_busy": out["fma_peak_gflops"] < 0.8 * threads * out["fma_one_gflops"]}
 
 
 def cpu_peaks(cxx: str, version: str, cpu_name: str, threads: int, root: Path,
@@ -165,7 +170,7 @@ def cpu_peaks(cxx: str, version: str, cpu_name: str, threads: int, root: Path,
     except (OSError, ValueError):
         pass
     facts = measure(cxx, version, threads, root) if measure_now else {}
-    if facts:
+    if facts and not facts["peaks_busy"]:        # a busy machine's figures serve this run only
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
