@@ -48,6 +48,8 @@ CASES = [
     ("assume_aligned", "matmul", "packed", None),
     ("prefetch", "matmul", "naive", ("memory", 3)),
     ("prefetch", "softmax", "online", ("memory", 3)),
+    ("cache_block", "matmul", "ikj", None),
+    ("cache_block", "matmul", "tiled", ("compute", 3)),
 ]
 _DIM = {"memory": 0, "compute": 1, "parallelism": 2}
 
@@ -85,6 +87,7 @@ def test_edits_that_do_not_apply_say_so():
     assert cpu_edits.collapse_loops(_seed("softmax", "naive")) is None   # no threaded loop
     twice = cpu_edits.prefetch(_seed("matmul", "naive"), random.Random(0))
     assert cpu_edits.prefetch(twice, random.Random(0)) is None
+    assert cpu_edits.cache_block(_seed("softmax", "twopass"), random.Random(0)) is None   # accumulates outside
 
 
 @pytest.mark.parametrize("task,seed", [("axpb", "stream"), ("softmax", "fused"), ("matmul", "packed")])

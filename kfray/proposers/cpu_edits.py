@@ -15,6 +15,9 @@ it and the descriptors see what it adds:
   aligns each buffer to 64 bytes), so vector loops need no peeling.
 - `prefetch`: `__builtin_prefetch` of the data PF_DIST iterations ahead, in an innermost scalar
   loop (a prefetch keeps g++ from vectorizing a loop, so vectorized loops are left alone). Memory 3.
+- `cache_block`: cache blocking of an innermost unit-stride loop: its range is cut in BLOCK_J
+  pieces by a loop around its grandparent, so what that nest reads along it (a row of B, of C)
+  stays in L1/L2 while the outer loops sweep; each element is still summed in the same order.
 
 An edit that does not apply returns None; one that makes wrong code is caught by the evaluator's
 checks like any other wrong kernel.
@@ -33,6 +36,7 @@ _SIMD = re.compile(r"^([ \t]*#pragma omp (?:parallel for |for )?simd\b)([^\n]*)$
 _EXP_CALL = re.compile(r"(?<![\w:.])(?:std::)?(?:expf|exp)\s*\(")
 _PTR_ARG = re.compile(r"(?:const\s+)?(?:float|double|int|int32_t|int64_t|uint8_t)\s*\*\s*(?:__restrict__|__restrict|restrict)?\s*(\w+)\s*(?=[,)])")
 _HEADER = re.compile(r"for\s*\(\s*(?:int|int64_t|long|size_t|int32_t|auto)\s+(\w+)\s*=")
+_DECL_ALL = re.compile(r"\b(?:float|double|int|int64_t|int32_t|size_t|auto|long)\s*\*?\s*(?:const\s+)?(\w+)\s*=")
 _INDEXED = re.compile(r"(\w+)\[([^\[\]]+)\]")
 _DEFINED = re.compile(r"\b(?:float|double|auto)\s+$")     # `float exp(`: a definition keeps its name
 MVEC_DECL = """extern "C" {
@@ -197,5 +201,58 @@ def prefetch(src: str, rng) -> str | None:
     return out[:a] + "{ " + call + " " + out[a:b] + " }" + out[b:]
 
 
+_UNIT = re.compile(r"for\s*\(\s*(?:int64_t|int|long|size_t)\s+(\w+)\s*=\s*([^;]+?)\s*;\s*\1\s*<\s*([^;]+?)\s*;"
+                   r"\s*(?:\+\+\1|\1\s*\+\+)\s*\)")
+_SIDE = re.compile(r"\]\s*(?:[-+*/]?=)(?!=)|(?<![\w\]])(\w+)\s*(?:[-+*/]=|\+\+|--)|(?:\+\+|--)\s*\w")
+
+
+def cache_block(src: str, rng) -> str | None:
+    """A loop of BLOCK_J-wide pieces of an innermost `for (j = LO; j < HI; ++j)` around that loop's
+    grandparent (which has no pragma, and whose other statements only declare: re-running them per
+    piece changes nothing); inside, the loop runs over its piece."""
+    if "BLOCK_J" in src:
+        return None
+    ls = loops(src)
+    options = []
+    for lp in ls:
+        m = _UNIT.match(src, lp["header"][0])
+        if not lp["inner"] or not m:
+            continue
+        chain = sorted((o for o in ls if o["body"][0] <= lp["start"] < o["body"][1]), key=lambda o: -o["start"])
+        if len(chain) < 2 or chain[1]["pragma"]:
+            continue
+        top = chain[1]
+        text = list(src)
+        for o in ls:                               # loop headers step their own variables: not a side effect
+            if top["start"] <= o["start"] < top["body"][1]:
+                text[o["header"][0]:o["header"][1]] = " " * (o["header"][1] - o["header"][0])
+        text = "".join(text)
+        outside = text[top["header"][1]:lp["start"]] + text[lp["body"][1]:top["body"][1]]
+        inner_decl = set(_DECL_ALL.findall(src[top["start"]:top["body"][1]])) | \
+            {_HEADER.match(src[o["header"][0]:o["header"][1]]).group(1) for o in chain[:2]
+             if _HEADER.match(src[o["header"][0]:o["header"][1]])}
+        bounds = set(re.findall(r"[A-Za-z_]\w*", m.group(2) + " " + m.group(3)))
+        if bounds & inner_decl or _SIDE.search(outside):
+            continue
+        options.append((lp, top, m))
+    if not options:
+        return None
+    lp, top, m = rng.choice(options)
+    var, lo, hi = m.group(1), m.group(2), m.group(3)
+    out = declare(src, "BLOCK_J", [64, 128, 256, 512])
+    if out is None:
+        return None
+    sh = len(out) - len(src)
+    blk = f"{var}_blk"
+    head = (f"for (int64_t {var} = {blk}; {var} < (({hi}) < {blk} + BLOCK_J ? ({hi}) : {blk} + BLOCK_J); "
+            f"++{var})")
+    a, b = lp["header"][0] + sh, lp["header"][1] + sh
+    out = out[:a] + head + out[b:]
+    at = top["line"] + sh
+    ind = _indent(out, at)
+    return out[:at] + f"{ind}for (int64_t {blk} = {lo}; {blk} < ({hi}); {blk} += BLOCK_J)\n" + out[at:]
+
+
 EDITS = {"parallel_blocks": parallel_blocks, "collapse_loops": collapse_loops, "vector_math": vector_math,
-         "simd_width": simd_width, "assume_aligned": assume_aligned, "prefetch": prefetch}
+         "simd_width": simd_width, "assume_aligned": assume_aligned, "prefetch": prefetch,
+         "cache_block": cache_block}
