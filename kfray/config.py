@@ -47,7 +47,8 @@ class SearchConfig:
     parents: str = "archive"         # archive (MAP-Elites) | seeds (random search: children of seeds only)
     archive: str = "map_elites"      # map_elites (4x4x4 grid) | single (one cell: a plain elitist GA)
     retime_top: int = 2              # at the end, the top kernels of each task timed again (0: off)...
-    retime_rounds: int = 3           # ...this many times each, round-robin, with the reference beside each
+    retime_rounds: int = 2           # ...this many times each (the baseline seed too), round-robin, each
+                                     # with its reference timed afresh beside it
 
 
 @dataclass

@@ -4,7 +4,8 @@ so at the end the top few correct kernels of each task are timed again before a 
 Each is timed `search.retime_rounds` times, round-robin over the task's top kernels and over the
 evaluators of its hardware class, every time with its reference timed afresh beside it in the same
 job. A kernel's re-timed figure is the median of those speedups, with their range as the spread;
-the task's best is the best by that median, and its first figure is kept beside it.
+the task's best is the best by that median, and its first figure is kept beside it. The task's
+baseline seed is re-timed in the same rounds, so "vs seed" compares like with like.
 """
 from __future__ import annotations
 
@@ -38,9 +39,29 @@ def summarize(first: float, speedups: list[float]) -> dict[str, Any]:
             "low": round(min(speedups), 4), "high": round(max(speedups), 4), "rounds": len(speedups)}
 
 
+def baseline(co, ref: str, label: str) -> tuple[dict, dict] | None:
+    """The task's baseline seed (its simplest) as evaluated on this hardware class, if correct."""
+    hc = co.by_label.get(label) or co.classes[0]
+    seeds = co.tasks[ref].seeds_for(hc.language)
+    for c, r in co.ledger.tasks[ref].seed_pairs.get(hc.label, []):
+        if seeds and c.get("origin") == f"seed:{seeds[0].name}" and EvalResult.from_dict(r).speedup > 0:
+            return c, r
+    return None
+
+
+def _field(co, ref: str, book, top: int) -> list[tuple[dict, dict]]:
+    out = contenders(book, top)
+    if out:
+        seed = baseline(co, ref, out[0][1].get("hardware", ""))
+        if seed is not None and all(seed[0]["id"] != c["id"] for c, _ in out):
+            out.append(seed)
+    return out
+
+
 def retime_bests(co) -> dict[str, dict[str, Any]]:
-    """{task: {"best": candidate id, "kernels": {id: summarize(...)}}} for every task with a
-    correct kernel; {} with search.retime_top or retime_rounds at 0."""
+    """{task: {"best": candidate id, "kernels": {id: summarize(...)}, "seed": summarize(...) of the
+    baseline seed or None}} for every task with a correct kernel; {} with search.retime_top or
+    retime_rounds at 0."""
     top, rounds = co.cfg.search.retime_top, co.cfg.search.retime_rounds
     if top <= 0 or rounds <= 0:
         return {}
@@ -48,7 +69,7 @@ def retime_bests(co) -> dict[str, dict[str, Any]]:
     turn: dict[str, int] = {}
     for _ in range(rounds):
         for ref, book in co.ledger.tasks.items():
-            for c, r in contenders(book, top):
+            for c, r in _field(co, ref, book, top):
                 hc = co.by_label.get(r.get("hardware", "")) or co.classes[0]
                 k = turn[hc.label] = turn.get(hc.label, -1) + 1
                 ev = hc.evaluators[k % len(hc.evaluators)]
@@ -64,11 +85,14 @@ def retime_bests(co) -> dict[str, dict[str, Any]]:
             speeds.append(res.speedup)
     out: dict[str, dict[str, Any]] = {}
     for ref, book in co.ledger.tasks.items():
-        kernels = {c["id"]: summarize(EvalResult.from_dict(r).speedup, got.get((ref, c["id"]), []))
-                   for c, r in contenders(book, top)}
+        field = _field(co, ref, book, top)
+        top_ids = {c["id"] for c, _ in contenders(book, top)}
+        figures = {c["id"]: summarize(EvalResult.from_dict(r).speedup, got.get((ref, c["id"]), [])) for c, r in field}
+        kernels = {i: f for i, f in figures.items() if i in top_ids}
         if kernels:
             best = max(kernels, key=lambda i: kernels[i]["retimed"])
-            out[ref] = {"best": best, "kernels": kernels}
+            seed = baseline(co, ref, field[0][1].get("hardware", ""))
+            out[ref] = {"best": best, "kernels": kernels, "seed": figures.get(seed[0]["id"]) if seed else None}
     return out
 
 

@@ -12,8 +12,8 @@ def summary_table(summary: dict) -> Table:
     t = Table(title=f"kfray: {summary['evaluated']} candidates, {summary['islands']} islands, "
                     f"{summary['migrations']} migrations, {summary['prompt_generations']} prompt generations, "
                     f"{summary['wall_seconds']:.0f} s")
-    for col in ("task", "best vs ref", "re-timed range", "first figure", "best vs seed", "correct/total", "cells",
-                "migrations"):
+    # "best vs ref": the re-timed median; "range": its rounds; "first": what the search measured
+    for col in ("task", "best vs ref", "range", "first", "best vs seed", "correct/total", "cells", "migrations"):
         t.add_column(col, justify="left" if col == "task" else "right", no_wrap=True)
     roof = any(s.get("roofline") for s in summary["tasks"].values())
     if roof:                           # CPU runs: the best's share of the measured copy bandwidth / FMA peak
