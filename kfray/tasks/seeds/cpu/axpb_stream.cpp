@@ -64,10 +64,10 @@ extern "C" int kf_forward(const float* __restrict x, float* __restrict y, float 
             const int64_t lo = t * per < n ? t * per : n, hi = lo + per < n ? lo + per : n;
             kf_slice(x, y, a, b, lo, hi);
         } else {                               // SLICE-float pieces to whichever thread is free
-            const int64_t pieces = (n + SLICE - 1) / SLICE;
+            const int64_t piece = SLICE > 0 ? SLICE : 1, pieces = (n + piece - 1) / piece;
             #pragma omp for schedule(dynamic)
             for (int64_t p = 0; p < pieces; ++p)
-                kf_slice(x, y, a, b, p * SLICE, p * SLICE + SLICE < n ? p * SLICE + SLICE : n);
+                kf_slice(x, y, a, b, p * piece, p * piece + piece < n ? p * piece + piece : n);
         }
 #ifdef VW
         if (NT) _mm_sfence();                  // streamed stores visible before the call returns
