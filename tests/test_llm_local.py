@@ -142,8 +142,18 @@ def test_diff_child_fails_then_repair_compiles(tmp_cache):
         isl.ingest([(child, res)])
         assert len(isl.repairs) == 1
 
-        fix, = isl.propose(0)                      # repairs come on top of the batch asked for
-        assert fix.origin == "llm:repair" and fix.parent_id == child.id
+        # First the fix-up the compiler names (<cmath> for std::fma), with no request to the model;
+        # the missing semicolon it cannot fix, so that child fails again and goes to the model.
+        auto, = isl.propose(0)                     # repairs come on top of the batch asked for
+        assert auto.origin == "llm+fix" and auto.parent_id == child.id and len(srv.requests) == 1
+        assert "#include <cmath>" in auto.source
+        again = EvalResult.from_dict(ev.evaluate(auto))
+        assert again.tier == 1 and "expected" in again.reason
+        assert led.admit("axpb", 0, [auto]).fresh == [auto] and led.tasks["axpb"].spent == 1    # free
+        isl.ingest([(auto, again)])
+        fix, = isl.propose(0)
+        assert fix.origin == "llm:repair" and fix.parent_id == auto.id
+        first_error = next(line for line in again.reason.splitlines() if "error:" in line)
         prompt = srv.requests[1]["messages"][1]["content"]
         assert first_error in prompt and "std::fma(a, x[i], b)" in prompt
         fixed = EvalResult.from_dict(ev.evaluate(fix))
@@ -152,6 +162,32 @@ def test_diff_child_fails_then_repair_compiles(tmp_cache):
         assert got.fresh == [fix] and led.tasks["axpb"].spent == 1       # the repair is free
         rec = [r for r in isl.ingest([(fix, fixed)]) if r["candidate_id"] == fix.id][0]
         assert rec["origin"] == "llm:repair" and rec["parent_id"] == seed.id and not isl.repairs
+
+
+def test_a_missing_header_is_fixed_without_asking_the_model_again(tmp_cache):
+    """The slip a 1.5B model makes most: std::min without <algorithm>. The compiler names it, the
+    fix-up adds the header, and the child is correct with one request to the model in all."""
+    from kfray.eval.evaluator import Evaluator
+
+    slip = "```cpp\n" + AXPB.replace("a * x[i] + b;", "std::min(a * x[i] + b, 1e30f);") + "```"
+    ev = Evaluator("cpu", EvalConfig(tune_budget=0, trials=1, repeats=1, min_time_s=0.0, warmup=0))
+    try:
+        with ScriptedServer([slip], serial=True) as srv:
+            isl = Island(0, "axpb", "cpp", SearchConfig(islands=1, batch=1),
+                         LLMProposer(_cfg(srv, edit_mode="rewrite", repair=True)))
+            seed = Candidate(task="axpb", language="cpp", source=AXPB, origin="seed:plain")
+            isl.seed([(seed, EvalResult.from_dict(ev.evaluate(seed)))])
+            child, = isl.propose(1)
+            res = EvalResult.from_dict(ev.evaluate(child))
+            assert res.tier == 1 and "min" in res.reason, res.reason
+            isl.ingest([(child, res)])
+            auto, = isl.propose(0)
+            done = EvalResult.from_dict(ev.evaluate(auto))
+            assert auto.origin == "llm+fix" and "#include <algorithm>" in auto.source
+            assert done.tier == 5, done.reason
+            assert len(srv.requests) == 1
+    finally:
+        ev.shutdown()
 
 
 def test_repair_only_once_and_off_switch():

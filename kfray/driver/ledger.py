@@ -126,8 +126,8 @@ class TaskLedger:
             fresh.append(c)
             keys[c.id] = key
         # a repair finishes the proposal of the failed child it fixes: the budget counted that one
-        free = [c for c in fresh if c.origin == "llm:repair"]
-        fresh = [c for c in fresh if c.origin != "llm:repair"]
+        free = [c for c in fresh if c.origin in ("llm:repair", "llm+fix")]     # kfray.search.repair.FREE
+        fresh = [c for c in fresh if c.origin not in ("llm:repair", "llm+fix")]
         room = max(0, t.budget - t.spent)
         for c in fresh[room:]:          # over the budget: may be proposed again later
             t.seen.discard(keys[c.id])

@@ -129,7 +129,7 @@ class Island:
 
     def _fix(self, cand: Candidate, res: EvalResult, book: tuple) -> Candidate:
         """A fix of a failed child (kfray.search.repair), judged against the failed child's parent."""
-        child = self.describe(self.proposer.propose(repair.repair_context(self, cand, res), self.rng))
+        child = self.describe(repair.fix_or_ask(self, cand, res))
         child.task = self.task_ref
         if child.source.strip():
             self.seen.add(key := source_hash(child.source, child.params))

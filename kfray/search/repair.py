@@ -5,22 +5,54 @@ missing include, a wrong index); the compiler's message is what it needs to get 
 The island queues the failed child when it ingests it and asks for the fix in its next batch; the
 fix is judged against the failed child's own parent and the budget does not count it again
 (kfray.driver.ledger admits `llm:repair` children free), so a proposal and its repair are one.
+
+A compile error that the compiler names exactly (a missing header, a parameter the parent
+declared, `collapse` on a single loop) is fixed first without the model (kfray.proposers.fixups):
+the fixed child has origin `llm+fix`, is free too, and only if it fails again is the model asked.
 """
 from __future__ import annotations
 
 from kfray.candidate import TIER_COMPILE_ERROR, TIER_CORRECT, Candidate, EvalResult
 from kfray.proposal import Elite, ProposalContext
+from kfray.proposers import fixups
+from kfray.source import parse_params
 
 MAX_QUEUED = 16
 ORIGIN = "llm:repair"
+FIXED = "llm+fix"
+FREE = (ORIGIN, FIXED)        # origins the budget does not count again
 
 
 def wants_repair(proposer, cand: Candidate, res: EvalResult, origin: str, queued: int) -> bool:
     """An LLM child (not itself a repair) that failed between compiling and checking, with the
     proposer's `repair` on and room in the queue."""
     return (bool(getattr(getattr(proposer, "cfg", None), "repair", False))
-            and origin.startswith("llm:") and origin != ORIGIN and cand.source.strip() != ""
+            and (origin.startswith("llm:") or origin == FIXED) and origin != ORIGIN and cand.source.strip() != ""
             and TIER_COMPILE_ERROR <= res.tier < TIER_CORRECT and queued < MAX_QUEUED)
+
+
+def fix_or_ask(island, cand: Candidate, res: EvalResult) -> Candidate:
+    """The failed child fixed without the model where its compiler message says exactly how (not a
+    second time), else the model's repair."""
+    if res.tier == TIER_COMPILE_ERROR and cand.origin != FIXED:
+        parent = _parent(island, cand.parent_id)
+        got = fixups.fix(cand.source, res.reason, parent.source if parent else None)
+        if got is not None:
+            source, _done = got
+            params = {**parse_params(source).default(), **(parent.params if parent else {}), **cand.params}
+            params = {k: v for k, v in params.items() if k in parse_params(source).values}
+            return Candidate(task=cand.task, language=cand.language, source=source, params=params,
+                             island=cand.island, parent_id=cand.id, prompt_id=cand.prompt_id, origin=FIXED,
+                             generation=island.generation + 1)
+    return island.proposer.propose(repair_context(island, cand, res), island.rng)
+
+
+def _parent(island, cand_id: str | None) -> Candidate | None:
+    """The failed child's parent, where this island still holds it (archive or seeds)."""
+    for e in list(island.archive.elites()) + list(island.seed_elites):
+        if e.candidate.id == cand_id:
+            return e.candidate
+    return None
 
 
 def repair_context(island, cand: Candidate, res: EvalResult) -> ProposalContext:

@@ -1,0 +1,108 @@
+"""Deterministic fix-ups of a model's kernel that failed to compile, before the model is asked again.
+
+A small model's compile errors are mostly of a few kinds that need no model to fix (seen with a
+1.5B model: a `std::` name without its header, a template parameter the child uses but no longer
+declares, `collapse` on a loop that is not a nest). Each fix here changes only what a compiler
+message names exactly, and says what it did; anything else is left to the model's repair.
+"""
+from __future__ import annotations
+
+import re
+
+# Headers of std:: names a kernel uses; the compiler's own "#include <x>" hint wins where it gives one.
+STD_HEADERS = {
+    **dict.fromkeys(("min", "max", "clamp", "sort", "fill", "copy", "min_element", "max_element",
+                     "fill_n", "copy_n", "transform", "minmax"), "algorithm"),
+    **dict.fromkeys(("fma", "fmaf", "exp", "expf", "exp2", "log", "logf", "log2", "sqrt", "sqrtf", "rsqrt",
+                     "fabs", "fabsf", "pow", "powf", "tanh", "tanhf", "sin", "cos", "floor", "ceil", "round",
+                     "isnan", "isinf", "isfinite", "fmax", "fmin", "fmaxf", "fminf", "erf", "erff",
+                     "nearbyint", "lround", "trunc", "ldexp", "frexp", "abs"), "cmath"),
+    **dict.fromkeys(("memcpy", "memset", "memmove", "memcmp"), "cstring"),
+    **dict.fromkeys(("int64_t", "int32_t", "uint32_t", "uint64_t", "int8_t", "uint8_t", "int16_t",
+                     "uint16_t", "uintptr_t"), "cstdint"),
+    **dict.fromkeys(("size_t", "ptrdiff_t"), "cstddef"),
+    **dict.fromkeys(("accumulate", "iota", "inner_product"), "numeric"),
+    "numeric_limits": "limits", "vector": "vector", "array": "array", "swap": "utility",
+    "move": "utility", "pair": "utility", "thread": "thread", "atomic": "atomic",
+    "unique_ptr": "memory", "make_unique": "memory", "function": "functional",
+}
+_NOT_IN_STD = re.compile(r"['‘`\"](\w+)['’`\"] is not a member of ['‘`\"]std['’`\"]"
+                         r"|namespace \"std\" has no member \"(\w+)\"")
+_HINT = re.compile(r"#include <([\w./]+)>")
+_UNDECLARED = re.compile(r"['‘`\"](\w+)['’`\"] was not declared in this scope|identifier \"(\w+)\" is undefined")
+_COLLAPSE = re.compile(r":(\d+):\d+: error: not enough (?:for )?loops to collapse|"
+                       r"\((\d+)\): error: .*collapse")
+_PARAM = re.compile(r"^[ \t]*//[ \t]*@kf\.param[ \t]+(\w+)\b.*$", re.M)
+_INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"]([^>\"]+)[>\"].*$", re.M)
+
+
+def missing_headers(source: str, diagnostics: str) -> list[str]:
+    """Standard headers for the std:: names the compiler says are missing, not already included."""
+    names = [a or b for a, b in _NOT_IN_STD.findall(diagnostics)]
+    if not names:
+        return []
+    have = set(_INCLUDE.findall(source))
+    want = [h for h in _HINT.findall(diagnostics) if "/" not in h]
+    want += [STD_HEADERS[n] for n in names if n in STD_HEADERS]
+    return [h for h in dict.fromkeys(want) if h not in have]
+
+
+def add_includes(source: str, headers: list[str]) -> str:
+    """`#include <h>` lines after the source's last include (at the top where it has none)."""
+    lines = [f"#include <{h}>" for h in headers]
+    last = list(_INCLUDE.finditer(source))
+    if not last:
+        return "\n".join(lines) + "\n" + source
+    end = last[-1].end()
+    return source[:end] + "\n" + "\n".join(lines) + source[end:]
+
+
+def carried_params(source: str, diagnostics: str, parent_source: str | None) -> dict[str, str]:
+    """{name: the parent's `@kf.param` line} for names the compiler says are undeclared in the child."""
+    if not parent_source:
+        return {}
+    names = {a or b for a, b in _UNDECLARED.findall(diagnostics)}
+    mine = set(_PARAM.findall(source))
+    theirs = {m.group(1): m.group(0).strip() for m in _PARAM.finditer(parent_source)}
+    return {n: theirs[n] for n in sorted(names) if n in theirs and n not in mine}
+
+
+def add_param_lines(source: str, lines: list[str]) -> str:
+    last = list(_PARAM.finditer(source)) or list(_INCLUDE.finditer(source))
+    if not last:
+        return "\n".join(lines) + "\n" + source
+    end = last[-1].end()
+    return source[:end] + "\n" + "\n".join(lines) + source[end:]
+
+
+def drop_collapse(source: str, diagnostics: str) -> str | None:
+    """Without the `collapse(n)` clause of the OpenMP pragma just above each line the compiler says
+    has too few loops to collapse; None when there is no such pragma."""
+    lines = source.splitlines(keepends=True)
+    changed = False
+    for a, b in _COLLAPSE.findall(diagnostics):
+        at = int(a or b) - 1
+        for k in range(min(at, len(lines) - 1), max(at - 4, -1), -1):     # the pragma a few lines up
+            if "#pragma omp" in lines[k] and "collapse" in lines[k]:
+                lines[k] = re.sub(r"[ \t]*\bcollapse[ \t]*\([ \t]*\d+[ \t]*\)", "", lines[k])
+                changed = True
+                break
+    return "".join(lines) if changed else None
+
+
+def fix(source: str, diagnostics: str, parent_source: str | None = None) -> tuple[str, list[str]] | None:
+    """(fixed source, what was done) where a compiler message names a fix exactly, else None."""
+    done, out = [], source
+    dropped = drop_collapse(out, diagnostics)       # first: the message's line numbers are the source's
+    if dropped is not None:
+        out = dropped
+        done.append("dropped collapse on a loop that is not a nest")
+    params = carried_params(out, diagnostics, parent_source)
+    if params:
+        out = add_param_lines(out, list(params.values()))
+        done.append("carried the parent's @kf.param " + ", ".join(params))
+    headers = missing_headers(out, diagnostics)
+    if headers:
+        out = add_includes(out, headers)
+        done.append("added " + ", ".join(f"<{h}>" for h in headers))
+    return (out, done) if done and out != source else None

@@ -1,0 +1,78 @@
+"""Deterministic fix-ups before the model is asked again (kfray/proposers/fixups.py): each on the
+message the real compiler gives for the slip a small model makes, and the fixed kernel compiles;
+a message that names nothing fixable is left to the model."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from kfray.proposers.fixups import fix
+
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not on PATH")
+
+HEAD = "#include <cstdint>\n"
+SIG = 'extern "C" int kf_forward(const float* x, float* y, int64_t n) {\n'
+
+
+def gxx(tmp_path, source: str, *flags: str) -> tuple[int, str]:
+    src = tmp_path / "kernel.cpp"
+    src.write_text(source)
+    p = subprocess.run(["g++", "-O2", "-fopenmp", "-std=c++17", "-shared", "-fPIC", *flags, str(src), "-o",
+                        str(tmp_path / "k.so")], capture_output=True, text=True, timeout=120)
+    return p.returncode, p.stderr
+
+
+@needs_gxx
+def test_a_std_name_without_its_header_gets_the_header(tmp_path):
+    child = HEAD + SIG + "    for (int64_t i = 0; i < n; ++i) y[i] = std::min(std::fma(x[i], 2.f, 1.f), 3.f);\n" \
+        "    return 0;\n}\n"
+    rc, msg = gxx(tmp_path, child)
+    assert rc != 0 and "min" in msg
+    fixed, done = fix(child, msg)
+    assert "#include <algorithm>" in fixed and "#include <cmath>" in fixed, done
+    assert gxx(tmp_path, fixed)[0] == 0
+
+
+@needs_gxx
+def test_a_parameter_the_parent_declared_is_carried_over(tmp_path):
+    parent = HEAD + "// @kf.param BLOCK in [64, 128, 256]\n" + SIG + \
+        "    for (int64_t i = 0; i < n; i += BLOCK) for (int64_t j = i; j < i + BLOCK && j < n; ++j) y[j] = x[j];\n" \
+        "    return 0;\n}\n"
+    child = parent.replace("// @kf.param BLOCK in [64, 128, 256]\n", "").replace("y[j] = x[j]", "y[j] = 2 * x[j]")
+    rc, msg = gxx(tmp_path, child, "-DUNUSED=1")
+    assert rc != 0 and "BLOCK" in msg
+    fixed, done = fix(child, msg, parent)
+    assert "// @kf.param BLOCK in [64, 128, 256]" in fixed and "2 * x[j]" in fixed, done
+    assert gxx(tmp_path, fixed, "-DBLOCK=128")[0] == 0
+    assert fix(child, msg, None) is None            # without the parent there is nothing to carry
+
+
+@needs_gxx
+def test_collapse_on_a_single_loop_is_dropped(tmp_path):
+    child = HEAD + SIG + "    #pragma omp parallel for collapse(2) schedule(static)\n" \
+        "    for (int64_t i = 0; i < n; ++i) y[i] = x[i];\n    return 0;\n}\n"
+    rc, msg = gxx(tmp_path, child)
+    assert rc != 0 and "collapse" in msg
+    fixed, done = fix(child, msg)
+    assert "#pragma omp parallel for schedule(static)" in fixed, fixed
+    assert gxx(tmp_path, fixed)[0] == 0
+
+
+@needs_gxx
+def test_several_slips_at_once_and_nothing_fixable(tmp_path):
+    child = HEAD + SIG + "    #pragma omp parallel for collapse(2)\n" \
+        "    for (int64_t i = 0; i < n; ++i) y[i] = std::max(x[i], 0.f);\n    return 0;\n}\n"
+    fixed, done = fix(child, gxx(tmp_path, child)[1])
+    assert len(done) == 2 and gxx(tmp_path, fixed)[0] == 0
+    wrong = HEAD + SIG + "    y[0] = x[0] +;\n    return 0;\n}\n"       # a syntax error: the model's to fix
+    assert fix(wrong, gxx(tmp_path, wrong)[1]) is None
+
+
+def test_nvcc_messages_name_the_same_fixes():
+    child = "#include <cstdint>\n// kernel\n__global__ void k(float* y) { y[0] = std::min(1.f, 2.f) * BLOCK; }\n"
+    msg = ('kernel.cu(3): error: namespace "std" has no member "min"\n'
+           'kernel.cu(3): error: identifier "BLOCK" is undefined\n')
+    fixed, done = fix(child, msg, "// @kf.param BLOCK in [32, 64]\n" + child)
+    assert "#include <algorithm>" in fixed and "// @kf.param BLOCK in [32, 64]" in fixed, done
