@@ -189,8 +189,11 @@ def test_sigterm_ends_a_run_cleanly_and_resume_finishes_it(ray_local, tmp_path, 
     assert status == "stopped"
     before = {i for i, in _rows(db, "SELECT id FROM candidates")}
     assert k <= len(before) < budget
+    # the stopped run wrote its summary as a finished run does, from what it had recorded
+    stopped = json.loads((run_dir / "summary.json").read_text())
+    assert stopped["stopped"] == "SIGTERM" and stopped["tasks"]["axpb"]["evaluated"] == len(before), stopped
     summary = resume_search(run_dir, progress=False)
-    assert summary["tasks"]["axpb"]["evaluated"] == budget
+    assert summary["tasks"]["axpb"]["evaluated"] == budget and "stopped" not in summary
     assert before <= _check_db(db, budget)
 
 

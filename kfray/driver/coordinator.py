@@ -89,7 +89,7 @@ class Coordinator:
             ray.get([call for ref in self.tasks for call in self._fill_islands(ref)])   # all at once
             event_loop(self, t_start)
             if self.stopping:
-                raise self._stopped()
+                raise self._stopped(t_start)
             return finish(self, t_start)
         finally:
             if handlers:
@@ -110,11 +110,17 @@ class Coordinator:
             self.stopping = signal.Signals(signum).name
         return signal.signal(signal.SIGTERM, stop), signal.signal(signal.SIGINT, stop)
 
-    def _stopped(self) -> RunStopped:
-        """Record what finished, mark the run stopped; the error's one line says how to go on."""
+    def _stopped(self, t_start: float) -> RunStopped:
+        """Record what finished, mark the run stopped and write its summary as a finished run does;
+        the error's one line says how to go on."""
         rows = [(c, r, None) for _, c, r in self.poll()]
         self.store.add_candidates(rows)
         self.store.set_meta(status="stopped", stopped=time.time())
+        try:
+            finish(self, t_start, stopped=self.stopping)
+        except Exception as e:        # the summary is a convenience; what was recorded stays
+            print(f"kfray: the stopped run's summary could not be written ({type(e).__name__}: {e})",
+                  file=sys.stderr)
         n = self.store.count("candidates")
         return RunStopped(f"stopped by {self.stopping} with {n} candidates recorded; "
                           f"`kfray resume {self.run_dir}` continues it", self.stopping)

@@ -16,28 +16,33 @@ from kfray.languages import suffix
 from kfray.tasks import suite_form
 
 
-def finish(co, t_start: float) -> dict[str, Any]:
+def finish(co, t_start: float, stopped: str = "") -> dict[str, Any]:
+    """summary.json and the best files. `stopped`: the signal that stopped the run, which still gets
+    its summary, from what the driver holds where the actors no longer answer (no re-timing then)."""
     led = co.ledger
     order = [(ref, i, isl) for ref, isls in co.islands.items() for i, isl in enumerate(isls)]
-    island_states = [when_up(isl.state.remote) for _, _, isl in order]
-    for k, (ref, i, isl) in enumerate(order):     # an island Ray restarted after its last call answers empty
-        if island_states[k]["generation"] != led.tasks[ref].generations[i]:
-            co.recover_island(ref, i)
-            island_states[k] = when_up(isl.state.remote)
-    nodes = [when_up(isl.node.remote) for _, _, isl in order]
-    co.placement.update({f"island-{s['task']}-{s['index']}": n for s, n in zip(island_states, nodes)})
-    co.store.set_meta(placement=co.placement)
-    cache = cache_stats(co.evaluators)
-    co.store.save_islands(island_states)
-    co.save_prompts(force=True)
-    prompts = ray.get(co.evolver.all_prompts.remote())
+    if stopped:
+        island_states, prompts, cache = _last_known(co, order)
+    else:
+        island_states = [when_up(isl.state.remote) for _, _, isl in order]
+        for k, (ref, i, isl) in enumerate(order):     # an island Ray restarted after its last call answers empty
+            if island_states[k]["generation"] != led.tasks[ref].generations[i]:
+                co.recover_island(ref, i)
+                island_states[k] = when_up(isl.state.remote)
+        nodes = [when_up(isl.node.remote) for _, _, isl in order]
+        co.placement.update({f"island-{s['task']}-{s['index']}": n for s, n in zip(island_states, nodes)})
+        co.store.set_meta(placement=co.placement)
+        cache = cache_stats(co.evaluators)
+        co.store.save_islands(island_states)
+        co.save_prompts(force=True)
+        prompts = ray.get(co.evolver.all_prompts.remote())
     per_task = {}
-    retimed = retime_bests(co)           # before the best is named: its first figure was the luckiest
+    retimed = {} if stopped else retime_bests(co)     # before the best is named: its first figure was the luckiest
     for ref in retimed:
         pair = best_pair(co, ref, retimed)
         if pair is not None:
             led.tasks[ref].best = pair
-    profiles = profile_bests(co)
+    profiles = {} if stopped else profile_bests(co)
     for ref in led.tasks:
         per_task[ref] = task_entry(co, ref, island_states, retimed.get(ref))
         if ref in profiles:
@@ -63,9 +68,25 @@ def finish(co, t_start: float) -> dict[str, Any]:
     usage = llm_usage(island_states)
     if usage:                          # tokens and cost per model (LLM runs)
         summary["llm"] = usage
+    if stopped:
+        summary["stopped"] = stopped
     (co.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-    co.store.set_meta(status="finished", finished=time.time())
+    if not stopped:
+        co.store.set_meta(status="finished", finished=time.time())
     return summary
+
+
+def _last_known(co, order: list) -> tuple[list[dict], list, dict]:
+    """Island states, prompts and cache figures for a stopped run: asked for briefly, else the last
+    checkpoints the driver holds (the signal may have taken Ray down with the driver)."""
+    try:
+        states = ray.get([isl.state.remote() for _, _, isl in order], timeout=10)
+        prompts = ray.get(co.evolver.all_prompts.remote(), timeout=10)
+    except Exception:
+        states = [co.ledger.tasks[ref].checkpoints.get(i) or {"task": ref, "index": i, "archive": {"elites": []}}
+                  for ref, i, _ in order]
+        prompts = []
+    return states, prompts, {}
 
 
 def task_entry(co, ref: str, island_states: list[dict], retimed: dict | None = None) -> dict[str, Any]:
