@@ -323,6 +323,19 @@ def test_a_run_on_a_one_at_a_time_server(ray_local, tmp_path, tmp_cache):
     assert len(first) == expected > 0 and all(r.tier == 1 for _, r in first)
     assert fixed and all(r.tier == 5 for _, r in fixed)                # repairs compile and are right
     assert {c.parent_id for c, _ in fixed} <= {c.id for c, _ in first}
+    # every request is accounted by purpose, in the summary and in `kfray status`
+    req = out["llm_requests"]
+    assert req["total"] == n_requests and req["proposal"] == len(first) and req["repair"] == len(fixed), req
+    assert req["llm_candidates"] == len(rows) and req["per_candidate"] == round(n_requests / len(rows), 3)
+    from kfray.report.data import connect_ro
+    from kfray.report.status import llm_requests_line
+
+    con = connect_ro(tmp_path / "run")
+    try:
+        line = llm_requests_line(con)
+    finally:
+        con.close()
+    assert f"LLM requests: {n_requests} (proposals {len(first)}" in line and "per evaluated LLM candidate" in line
 
 
 def test_a_snippet_in_answer_to_a_diff_request_is_asked_again_as_a_whole_file():

@@ -66,8 +66,13 @@ def finish(co, t_start: float, stopped: str = "") -> dict[str, Any]:
         "run_dir": str(co.run_dir),
     }
     usage = llm_usage(island_states)
-    if usage:                          # tokens and cost per model (LLM runs)
+    if usage:                          # tokens and cost per model (LLM runs), and requests by purpose
+        from kfray.proposers.models import request_counts
+
         summary["llm"] = usage
+        llm_cands = sum(1 for t in led.tasks.values() for c, _ in t.known.values()
+                        if str(c.get("origin", "")).startswith("llm"))
+        summary["llm_requests"] = request_counts(usage, llm_cands)
     if stopped:
         summary["stopped"] = stopped
     (co.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
@@ -186,10 +191,6 @@ def cache_stats(evaluators: list) -> dict:
 
 def llm_usage(island_states: list[dict]) -> dict:
     """Tokens and cost per model (each island holds the run-wide ledger's latest snapshot)."""
-    per: dict[str, dict] = {}
-    for s in island_states:
-        for model, row in (s.get("llm_usage") or {}).items():
-            cur = per.setdefault(model, {})
-            for k, v in row.items():
-                cur[k] = max(cur.get(k, 0), v)
-    return per
+    from kfray.proposers.models import merged
+
+    return merged(s.get("llm_usage") for s in island_states)

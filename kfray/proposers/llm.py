@@ -158,8 +158,9 @@ class LLMProposer(Proposer):
 
     # -- the chat call -------------------------------------------------------------------------
 
-    def complete(self, messages: list[dict], spec=None) -> str:
-        """One chat completion, with our retries. Raises KfrayError naming the endpoint on failure."""
+    def complete(self, messages: list[dict], spec=None, purpose: str = "proposal") -> str:
+        """One chat completion, with our retries. Raises KfrayError naming the endpoint on failure.
+        `purpose` is what the request is accounted as (kfray.proposers.models.PURPOSES)."""
         spec = spec or self.choose()
         try:
             ans = self.endpoints[spec.model].complete(spec.model, messages)
@@ -171,7 +172,7 @@ class LLMProposer(Proposer):
         self.usage["prompt_tokens"] += ans.prompt_tokens
         self.usage["completion_tokens"] += ans.completion_tokens
         self.ledger.charge(spec.model, ans.prompt_tokens, ans.completion_tokens,
-                           spec.cost(ans.prompt_tokens, ans.completion_tokens))
+                           spec.cost(ans.prompt_tokens, ans.completion_tokens), purpose=purpose)
         self.last.update(prompt_tokens=ans.prompt_tokens, completion_tokens=ans.completion_tokens,
                          request_s=ans.seconds, waited_s=ans.waited_s)
         return ans.text
@@ -215,7 +216,7 @@ class LLMProposer(Proposer):
         self.last = {"mode": mode, "repair": ctx.repair, "parsed": False, "answers": [], "edit_error": ""}
         try:
             messages = build_messages(ctx, mode, getattr(self.cfg, "prompt_tokens", 0))
-            text = self.complete(messages, spec)
+            text = self.complete(messages, spec, "repair" if ctx.repair else "proposal")
             self.last["answers"] = [text]
             code, why = self.read_answer(text, ctx, mode)
             if code is None and mode == "diff" and getattr(self.cfg, "repair", False):
@@ -225,7 +226,8 @@ class LLMProposer(Proposer):
                 self.last["edit_error"] = why
                 tokens = dict(prompt_tokens=self.last.get("prompt_tokens", 0),
                               completion_tokens=self.last.get("completion_tokens", 0))
-                text = self.complete(build_messages(ctx, "rewrite", getattr(self.cfg, "prompt_tokens", 0)), spec)
+                text = self.complete(build_messages(ctx, "rewrite", getattr(self.cfg, "prompt_tokens", 0)), spec,
+                                     "retry")
                 for k, v in tokens.items():
                     self.last[k] += v
                 self.last["answers"].append(text)
@@ -291,7 +293,7 @@ class LLMProposer(Proposer):
                 f"{', '.join(META_SECTIONS)}; each value is a string (use YAML block scalars `|`).")},
         ]
         try:
-            text = self.complete(messages)
+            text = self.complete(messages, purpose="prompt")
         except KfrayError:
             return None
         return parse_sections(text)

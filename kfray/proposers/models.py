@@ -29,7 +29,9 @@ from typing import Any
 
 from kfray.errors import ConfigError
 
-FIELDS = ("calls", "prompt_tokens", "completion_tokens", "cost", "failures", "rewards", "reward_sum")
+PURPOSES = ("proposal", "retry", "repair", "prompt")   # a new kernel, its whole-file retry, a fix, a meta-prompt
+FIELDS = ("calls", "prompt_tokens", "completion_tokens", "cost", "failures", "rewards", "reward_sum",
+          *(f"req_{p}" for p in PURPOSES))
 
 
 @dataclass(frozen=True)
@@ -100,12 +102,13 @@ class Ledger:
         return self.per_model.setdefault(model, {k: 0 for k in FIELDS})
 
     def charge(self, model: str, prompt_tokens: int, completion_tokens: int, cost: float,
-               failed: bool = False) -> dict:
+               failed: bool = False, purpose: str = "proposal") -> dict:
         r = self._row(model)
         if failed:
             r["failures"] += 1
         else:
             r["calls"] += 1
+            r[f"req_{purpose if purpose in PURPOSES else 'proposal'}"] += 1
             r["prompt_tokens"] += int(prompt_tokens)
             r["completion_tokens"] += int(completion_tokens)
             r["cost"] += float(cost)
@@ -127,6 +130,33 @@ class Ledger:
             for k in FIELDS:
                 r[k] = max(r[k], row.get(k, 0))
         return self.snapshot()
+
+
+def merged(snapshots) -> dict:
+    """One per-model usage from several snapshots of the same run-wide ledger (the largest counts)."""
+    per: dict[str, dict] = {}
+    for snap in snapshots:
+        for model, row in (snap or {}).items():
+            cur = per.setdefault(model, {})
+            for k, v in row.items():
+                cur[k] = max(cur.get(k, 0), v)
+    return per
+
+
+def request_counts(snapshot: dict, llm_candidates: int) -> dict:
+    """The model's requests by purpose, and per evaluated LLM candidate (what a slow local endpoint
+    costs per kernel): {total, proposal, retry, repair, prompt, llm_candidates, per_candidate}."""
+    by = {p: int(sum(row.get(f"req_{p}", 0) for row in snapshot.values())) for p in PURPOSES}
+    total = sum(by.values())
+    return {"total": total, **by, "llm_candidates": llm_candidates,
+            "per_candidate": round(total / llm_candidates, 3) if llm_candidates else None}
+
+
+def requests_text(counts: dict) -> str:
+    return (f"LLM requests: {counts['total']} (proposals {counts['proposal']}, whole-file retries {counts['retry']}, "
+            f"repairs {counts['repair']}, prompt evolution {counts['prompt']}); "
+            + (f"{counts['per_candidate']:.2f} per evaluated LLM candidate ({counts['llm_candidates']})"
+               if counts["per_candidate"] is not None else "no LLM candidate evaluated yet"))
 
 
 def totals(snapshot: dict) -> dict[str, float]:
@@ -207,8 +237,8 @@ class LedgerActor:
     def __init__(self):
         self.ledger = Ledger()
 
-    def charge(self, model, prompt_tokens, completion_tokens, cost, failed=False):
-        return self.ledger.charge(model, prompt_tokens, completion_tokens, cost, failed)
+    def charge(self, model, prompt_tokens, completion_tokens, cost, failed=False, purpose="proposal"):
+        return self.ledger.charge(model, prompt_tokens, completion_tokens, cost, failed, purpose)
 
     def reward(self, model, value):
         return self.ledger.reward(model, value)
@@ -251,8 +281,8 @@ class RemoteLedger:
                     raise
         return self.last
 
-    def charge(self, model, prompt_tokens, completion_tokens, cost, failed=False) -> dict:
-        return self._call("charge", model, prompt_tokens, completion_tokens, cost, failed)
+    def charge(self, model, prompt_tokens, completion_tokens, cost, failed=False, purpose="proposal") -> dict:
+        return self._call("charge", model, prompt_tokens, completion_tokens, cost, failed, purpose)
 
     def reward(self, model, value) -> dict:
         return self._call("reward", model, value)

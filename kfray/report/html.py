@@ -11,6 +11,7 @@ from pathlib import Path
 
 from kfray.candidate import TIER_NAMES
 from kfray.eval.profile_facts import profile_text
+from kfray.report.status import llm_requests_line
 from kfray.report import plots
 from kfray.report.data import Run, archive_cells, load_run
 from kfray.report.roofline import ceilings, shape_rows
@@ -171,6 +172,9 @@ def write_report(run_dir: str | Path, out: str | Path | None = None) -> tuple[Pa
             f"{len(run.cands)} candidates · {len({(x['task'], x['round']) for x in run.migrations})} migration rounds · "
             f"{len({p['generation'] for p in run.prompts})} prompt generations</p>",
             "<nav>" + "".join(f'<a href="#task-{escape(_slug(t))}">{escape(t)}</a>' for t in run.tasks) + "</nav>"]
+    requests = llm_requests_line(run.con)            # LLM runs: what the model was asked, and what for
+    if requests:
+        body.insert(2, f"<p>{escape(requests)}</p>")
     body.append("<h2>Summary</h2>" + _table(
         ["task", "candidates", "correct", "best speedup", "best candidate", "islands", "cells filled",
          "migration rounds"], _summary_rows(run)))

@@ -85,7 +85,21 @@ def activity(con: sqlite3.Connection, meta: dict, now: float | None = None) -> T
     fails = sum(n for k, n in tiers.items() if k != 5)
     out.append(f"  (failures: {fails})", style="red" if fails else "green")
     out.append(f"\nmigrations: {rounds} rounds; prompt generations: {gens} ({nprompts} meta-prompts)")
+    line = llm_requests_line(con)
+    if line:
+        out.append("\n" + line)
     return out
+
+
+def llm_requests_line(con: sqlite3.Connection) -> str:
+    """The model's requests by purpose per evaluated LLM candidate, from the islands' saved usage."""
+    from kfray.proposers.models import merged, request_counts, requests_text
+
+    usage = merged(json.loads(s).get("llm_usage") for s, in con.execute("SELECT state FROM islands"))
+    if not usage:
+        return ""
+    n = con.execute("SELECT COUNT(*) FROM candidates WHERE origin LIKE 'llm%'").fetchone()[0]
+    return requests_text(request_counts(usage, n))
 
 
 def render(run_dir: str | Path) -> Group:
