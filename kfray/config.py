@@ -187,7 +187,7 @@ def _coerce(value: Any, typ: Any, key: str, where: str) -> Any:
     raise ConfigError(f"{where}: key '{key}' must be {typ.__name__}, got {type(value).__name__} {value!r}")
 
 
-def _fill(obj: Any, data: Any, prefix: str, where: str) -> None:
+def _fill(obj: Any, data: Any, prefix: str, where: str, explicit: set | None = None) -> None:
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: '{prefix or 'top level'}' must be a mapping, got {type(data).__name__}")
     hints = typing.get_type_hints(type(obj))
@@ -199,7 +199,7 @@ def _fill(obj: Any, data: Any, prefix: str, where: str) -> None:
             raise ConfigError(f"{where}: unknown key {shown} (known here: {', '.join(sorted(names))})")
         typ = hints[k]
         if dataclasses.is_dataclass(typ):
-            _fill(getattr(obj, k), v, key + ".", where)
+            _fill(getattr(obj, k), v, key + ".", where, explicit)
             continue
         origin = typing.get_origin(typ) or typ
         v = _coerce(v, origin, key, where)
@@ -210,6 +210,8 @@ def _fill(obj: Any, data: Any, prefix: str, where: str) -> None:
             hint = _HINTS.get(tuple(key.split(".")), "")
             raise ConfigError(f"{where}: key '{key}' must be one of {', '.join(choices)}, got {v!r}{hint}")
         setattr(obj, k, v)
+        if explicit is not None:
+            explicit.add(key)
 
 
 def _check(cfg: RunConfig, where: str) -> None:
@@ -287,6 +289,7 @@ def config_from_dict(data: dict, where: str = "configuration") -> RunConfig:
 def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> RunConfig:
     """Defaults, then the YAML file (if any), then each `--set key=value` in order."""
     cfg = RunConfig()
+    explicit: set[str] = set()       # keys the file or a --set gave (defaults a run may still fit to its setting)
     if path is not None:
         where = str(path)
         p = Path(path)
@@ -300,12 +303,13 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Ru
             mark = getattr(e, "problem_mark", None)
             loc = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
             raise ConfigError(f"{where}:{loc} is not valid YAML: {getattr(e, 'problem', e)}") from None
-        _fill(cfg, data, "", where)
+        _fill(cfg, data, "", where, explicit)
     for ov in overrides:
         keys, value = parse_override(ov)
         nested: Any = value
         for k in reversed(keys):
             nested = {k: nested}
-        _fill(cfg, nested, "", f"--set {ov}" if ov.isprintable() else f"--set {ov!r}")
+        _fill(cfg, nested, "", f"--set {ov}" if ov.isprintable() else f"--set {ov!r}", explicit)
     _check(cfg, str(path) if path else "configuration")
+    cfg.explicit = frozenset(explicit)
     return cfg

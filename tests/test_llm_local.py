@@ -352,3 +352,20 @@ def test_a_snippet_in_answer_to_a_diff_request_is_asked_again_as_a_whole_file():
     with ScriptedServer([snippet, whole]) as srv:                     # repair off: no second request
         c = LLMProposer(_cfg(srv, edit_mode="diff", repair=False)).propose(ctx, random.Random(0))
         assert c.source == "" and "no code block with kf_forward" in c.no_code_reason and len(srv.requests) == 1
+
+
+def test_a_local_one_slot_endpoint_gets_islands_and_batch_that_keep_it_busy():
+    from kfray.config import load_config
+    from kfray.proposers.slots import fit_to_endpoint
+
+    local = ["proposer.kind=llm", "proposer.base_url=http://127.0.0.1:8080/v1", "proposer.model=m"]
+    cfg = load_config(None, local)
+    line = fit_to_endpoint(cfg)
+    assert (cfg.search.batch, cfg.search.islands) == (1, 2)
+    assert "one request at a time" in line and "search.batch=1" in line and "search.islands=2" in line
+    mine = load_config(None, local + ["search.batch=3"])          # what the user set stays
+    assert "search.batch" not in fit_to_endpoint(mine) and mine.search.batch == 3 and mine.search.islands == 2
+    remote = load_config(None, ["proposer.kind=llm", "proposer.base_url=https://api.example.com/v1", "proposer.model=m"])
+    assert fit_to_endpoint(remote) == "" and remote.search.batch == 2
+    offline = load_config(None, [])
+    assert fit_to_endpoint(offline) == "" and offline.search.islands == 4

@@ -27,6 +27,7 @@ from kfray.driver.ledger import TaskLedger
 from kfray.driver.loop import event_loop
 from kfray.errors import KfrayError, RunStopped
 from kfray.languages import language_of
+from kfray.proposers.slots import fit_to_endpoint
 from kfray.search.archive import Archive
 from kfray.descriptors import describe
 from kfray.source import parse_params, source_hash
@@ -42,6 +43,9 @@ class Coordinator:
     def __init__(self, cfg: RunConfig, run_dir: str | Path | None = None, progress: bool = True,
                  resume: bool = False):
         self.cfg = cfg
+        fitted = fit_to_endpoint(cfg)                 # one local LLM slot: islands and batch that keep it busy
+        if fitted and progress:
+            print(f"kfray: {fitted}", file=sys.stderr, flush=True)
         self.resume = resume
         self.run_dir = Path(run_dir or cfg.run_dir or default_run_dir())
         self.progress = progress
@@ -143,6 +147,18 @@ class Coordinator:
                 self.store.set_meta(notes=self.notes)
         return out
 
+    def check_runnable(self) -> None:
+        """A task no evaluator of any class can run is down (its candidates come back failed, with
+        the reason); when that is every task, the run cannot do anything: one error that says why."""
+        why = {}
+        for ref in self.tasks:
+            reasons = [hc.queue.cannot_run(ref) for hc in self.classes]
+            if all(reasons):
+                why[ref] = reasons[0]
+        if why and len(why) == len(self.tasks):
+            ref = next(iter(why))
+            raise KfrayError(f"no evaluator can run task {ref}: {why[ref]}")
+
     def _evaluate_seeds(self) -> None:
         """Each seed kernel is evaluated once per task and hardware class, and shared by the islands
         of that class."""
@@ -161,6 +177,7 @@ class Coordinator:
                 pending -= 1
                 self.ledger.seed_result(label, c, r, self.tasks[c.task].seeds_for(self.by_label[label].language)[0].name)
                 self.store.add_candidates([(c, r, "seed")])
+            self.check_runnable()
             if pending:
                 ray.wait([f for hc in self.classes for f in hc.queue.refs()], num_returns=1, timeout=1.0)
 

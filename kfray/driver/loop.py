@@ -64,6 +64,7 @@ def event_loop(co, t_start: float) -> None:
                 ref, i, pairs = done
                 ingesting[co.islands[ref][i].ingest.remote(pairs)] = (ref, i, pairs)
         co.store.add_candidates(rows)
+        co.check_runnable()                # recorded first: nothing polled is lost
         if results:
             bar.update()
     bar.close()

@@ -74,6 +74,13 @@ class EvalQueue:
                 except RayActorError:
                     self.down[idx] = self.evaluators[idx].info.remote()   # still restarting: ask again
 
+    def cannot_run(self, task: str) -> str | None:
+        """Why no evaluator here can run `task` (each raised for it), or None while one can."""
+        refused = self.refused.get(task, {})
+        if len(refused) < len(self.evaluators):
+            return None
+        return "; ".join(sorted(set(refused.values())))
+
     def refs(self) -> list:
         """The evaluations in flight (and health probes), for a caller that waits on several kinds
         of work at once."""
@@ -112,8 +119,10 @@ class EvalQueue:
                                  reason=f"its evaluator died {n} times while evaluating it: {type(e).__name__}")
             except RayTaskError as e:                       # this evaluator cannot run this task
                 why = _first_line(e)
-                self.refused.setdefault(cand.task, {})[idx] = why
-                self.notes.append(f"evaluator {idx} is down for task {cand.task}: {why}")
+                refused = self.refused.setdefault(cand.task, {})
+                if idx not in refused:
+                    self.notes.append(f"evaluator {idx} is down for task {cand.task}: {why}")
+                refused[idx] = why
                 self.waiting.appendleft(cand)
                 continue
             done.append((cand, res))

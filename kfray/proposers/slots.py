@@ -28,6 +28,33 @@ def is_local(url: str) -> bool:
     return (urlparse(url).hostname or "") in LOCAL_HOSTS
 
 
+def fit_to_endpoint(cfg) -> str:
+    """With one LLM endpoint that answers one request at a time (a local server), islands ask one
+    proposal at a time (search.batch 1: each answer goes to evaluation as it arrives) and at most 2
+    islands per task share the slot (no island waits for more than a few answers); only where the
+    configuration did not set them. Returns the line that says what was chosen ("" if nothing)."""
+    import os
+
+    p = cfg.proposer
+    if p.kind != "llm" or p.models:
+        return ""
+    url = p.base_url or os.environ.get("OPENAI_BASE_URL", "")
+    if not url or default_limit(url, p.max_concurrent) > 1:
+        return ""
+    given = getattr(cfg, "explicit", frozenset())
+    chosen = []
+    if "search.batch" not in given and cfg.search.batch != 1:
+        cfg.search.batch = 1
+        chosen.append("search.batch=1")
+    if "search.islands" not in given and cfg.search.islands > 2:
+        cfg.search.islands = 2
+        chosen.append("search.islands=2")
+    if not chosen:
+        return ""
+    return (f"{url} answers one request at a time: {' and '.join(chosen)}, so that each answer is "
+            "evaluated as it arrives (set them to override)")
+
+
 def default_limit(url: str, configured: int) -> int:
     """`proposer.max_concurrent`, or when 0: 1 for a server on this machine, 16 for a remote API."""
     if configured > 0:
