@@ -79,6 +79,14 @@ def test_edit_compiles_and_is_correct(evaluator, edit, task, seed, moves):
         assert r.tier == 5, f"{edit} on {task}/{seed} {p}: {r.reason[:600]}"
 
 
+def test_fast_exp_polynomial_is_vectorized_and_correct(evaluator):
+    """loop_edits.fast_exp's polynomial rounds without floorf, so an `omp simd` loop of it vectorizes."""
+    src = loop_edits.fast_exp(_base("softmax", "twopass+simd"))
+    assert "__builtin_floorf(" not in src and "kf_fast_exp(" in src
+    r = _judge(evaluator, "softmax", src)
+    assert r.tier == 5, r.reason[:600]
+
+
 def test_edits_that_do_not_apply_say_so():
     axpb_omp, packed = _seed("axpb", "omp"), _seed("matmul", "packed")
     assert cpu_edits.parallel_blocks(packed) is None          # threads of its own already
