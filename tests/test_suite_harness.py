@@ -68,9 +68,10 @@ def test_a_modelnew_file_gets_kernelbenchs_verdict_and_both_figures(tmp_path, ca
     suite = res.facts["suite"]
     assert suite["name"] == "KernelBench" and suite["trials"] == "5/5"
     assert suite["rtol"] == suite["atol"] == 1e-4
-    # clamp_min is relu's cost: about 1x, the suite's way and kfray's way, and the two agree
-    assert 1 / 3 < suite["speedup"] < 3 and 1 / 3 < res.speedup < 3, (suite["speedup"], res.speedup)
-    assert 1 / 3 < suite["speedup"] / res.speedup < 3
+    # clamp_min against relu: the same order of magnitude, the suite's way and kfray's way, and the
+    # two figures agree with each other
+    assert 0.1 < suite["speedup"] < 10 and 0.1 < res.speedup < 10, (suite["speedup"], res.speedup)
+    assert 1 / 3 < suite["speedup"] / res.speedup < 3, (suite["speedup"], res.speedup)
     assert res.facts["per_shape"]["default"]["samples"] == 10
 
 
