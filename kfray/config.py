@@ -54,8 +54,9 @@ class SearchConfig:
 @dataclass
 class EvalConfig:
     backend: str = "cpu"             # cpu | cuda | sycl
-    evaluators: int = 1              # evaluator actors (cuda: 0 means one per GPU); CPU: one, so no two
-                                     # kernels are timed at once on the same cores
+    evaluators: int = 2              # evaluator actors (cuda: 0 means one per GPU); CPU: 2, each kernel and
+                                     # its reference on its share of the cores (1 evaluator: all of them,
+                                     # one candidate at a time, about twice the wall time)
     num_cpus: float = 1.0            # CPUs each evaluator reserves
     threads: int = 0                 # OpenMP / BLAS threads of the kernel and of the reference alike (cpu
                                      # backend); 0: the machine's cores shared among its evaluators
@@ -250,7 +251,7 @@ def _check(cfg: RunConfig, where: str) -> None:
 
 def kernel_threads(e: "EvalConfig") -> int:
     """The threads a CPU kernel and its reference get: eval.threads, or with 0 the cores of this
-    machine divided among the evaluators (all of them for the default single evaluator)."""
+    machine divided among the evaluators (one each for the default 2 on 2 cores)."""
     if e.threads > 0:
         return e.threads
     return max(1, (os.cpu_count() or 1) // max(1, e.evaluators))

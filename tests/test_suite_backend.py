@@ -144,7 +144,7 @@ def test_a_sweep_on_gpus_runs_one_evaluator_per_gpu_unless_told():
     cfg = load_config(None, ["eval.backend=torch_ext_cuda", "eval.evaluators=3"])
     assert not gpu_evaluators_default(cfg, user_set=True) and cfg.eval.evaluators == 3
     cfg = load_config(None, ["eval.backend=torch_ext_cpu"])
-    assert not gpu_evaluators_default(cfg, user_set=False) and cfg.eval.evaluators == 1
+    assert not gpu_evaluators_default(cfg, user_set=False) and cfg.eval.evaluators == 2
 
 
 def _gpu_skip() -> str | None:
