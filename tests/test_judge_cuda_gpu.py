@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from kfray.candidate import Candidate, EvalResult
-from kfray.config import EvalConfig
-from kfray.source import parse_params
-from test_cuda_gpu import _SKIP, AXPB_KERNEL, HEAD, SIG
+from test_cuda_gpu import _SKIP, AXPB_KERNEL, HEAD, SIG, _eval, evaluator  # noqa: F401  (the fixture)
 from test_judge_apart import c_bytes, json_frame
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")]
@@ -21,21 +18,6 @@ LAUNCH = "    k<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(x, y, a, b, n);
 TIMER_PATCH = ("import kfray.eval.runner_cuda as r\\n_call = r.CudaSide.call\\n"
                "def call(self, fn, args):\\n    d = _call(self, fn, args)\\n    d['s'] *= 0.01\\n    return d\\n"
                "r.CudaSide.call = call\\n")
-
-
-@pytest.fixture(scope="module")
-def evaluator(tmp_path_factory):
-    from kfray.eval.evaluator import Evaluator
-
-    ev = Evaluator("cuda", EvalConfig(backend="cuda", cache_dir=str(tmp_path_factory.mktemp("cache")),
-                                      timeout_s=120))
-    yield ev
-    ev.shutdown()
-
-
-def _eval(ev, source: str) -> EvalResult:
-    c = Candidate(task="axpb", language="cuda", source=source, params=parse_params(source).default())
-    return EvalResult.from_dict(ev.evaluate(c))
 
 
 def kernel(extra: str = "", before: str = "") -> str:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kfray.candidate import Candidate, EvalResult
+from kfray.search.repair import FREE          # repairs and fix-ups finish a proposal already counted
 from kfray.source import source_hash
 
 
@@ -126,8 +127,8 @@ class TaskLedger:
             fresh.append(c)
             keys[c.id] = key
         # a repair finishes the proposal of the failed child it fixes: the budget counted that one
-        free = [c for c in fresh if c.origin in ("llm:repair", "llm+fix")]     # kfray.search.repair.FREE
-        fresh = [c for c in fresh if c.origin not in ("llm:repair", "llm+fix")]
+        free = [c for c in fresh if c.origin in FREE]
+        fresh = [c for c in fresh if c.origin not in FREE]
         room = max(0, t.budget - t.spent)
         for c in fresh[room:]:          # over the budget: may be proposed again later
             t.seen.discard(keys[c.id])

@@ -49,13 +49,10 @@ def baseline(co, ref: str, label: str) -> tuple[dict, dict] | None:
     return None
 
 
-def _field(co, ref: str, book, top: int) -> list[tuple[dict, dict]]:
-    out = contenders(book, top)
-    if out:
-        seed = baseline(co, ref, out[0][1].get("hardware", ""))
-        if seed is not None and all(seed[0]["id"] != c["id"] for c, _ in out):
-            out.append(seed)
-    return out
+def _field(co, ref: str, book, top: int) -> tuple[list[tuple[dict, dict]], tuple[dict, dict] | None]:
+    """(the task's contenders, its baseline seed or None): what the rounds time."""
+    top_k = contenders(book, top)
+    return top_k, baseline(co, ref, top_k[0][1].get("hardware", "")) if top_k else None
 
 
 def retime_bests(co) -> dict[str, dict[str, Any]]:
@@ -65,11 +62,14 @@ def retime_bests(co) -> dict[str, dict[str, Any]]:
     top, rounds = co.cfg.search.retime_top, co.cfg.search.retime_rounds
     if top <= 0 or rounds <= 0:
         return {}
+    fields = {ref: _field(co, ref, book, top) for ref, book in co.ledger.tasks.items()}
+    timed = {ref: top_k + ([seed] if seed and all(seed[0]["id"] != c["id"] for c, _ in top_k) else [])
+             for ref, (top_k, seed) in fields.items()}
     jobs: list[tuple[str, dict, Any]] = []          # (task, candidate dict, future)
     turn: dict[str, int] = {}
     for _ in range(rounds):
-        for ref, book in co.ledger.tasks.items():
-            for c, r in _field(co, ref, book, top):
+        for ref, pairs in timed.items():
+            for c, r in pairs:
                 hc = co.by_label.get(r.get("hardware", "")) or co.classes[0]
                 k = turn[hc.label] = turn.get(hc.label, -1) + 1
                 ev = hc.evaluators[k % len(hc.evaluators)]
@@ -84,15 +84,13 @@ def retime_bests(co) -> dict[str, dict[str, Any]]:
         if res.speedup > 0:
             speeds.append(res.speedup)
     out: dict[str, dict[str, Any]] = {}
-    for ref, book in co.ledger.tasks.items():
-        field = _field(co, ref, book, top)
-        top_ids = {c["id"] for c, _ in contenders(book, top)}
-        figures = {c["id"]: summarize(EvalResult.from_dict(r).speedup, got.get((ref, c["id"]), [])) for c, r in field}
-        kernels = {i: f for i, f in figures.items() if i in top_ids}
+    for ref, (top_k, seed) in fields.items():
+        figures = {c["id"]: summarize(EvalResult.from_dict(r).speedup, got.get((ref, c["id"]), []))
+                   for c, r in timed[ref]}
+        kernels = {c["id"]: figures[c["id"]] for c, _ in top_k}
         if kernels:
             best = max(kernels, key=lambda i: kernels[i]["retimed"])
-            seed = baseline(co, ref, field[0][1].get("hardware", ""))
-            out[ref] = {"best": best, "kernels": kernels, "seed": figures.get(seed[0]["id"]) if seed else None}
+            out[ref] = {"best": best, "kernels": kernels, "seed": figures[seed[0]["id"]] if seed else None}
     return out
 
 

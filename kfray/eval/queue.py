@@ -91,16 +91,9 @@ class EvalQueue:
 
     def poll(self, timeout: float = 0.05) -> list[tuple[Candidate, EvalResult]]:
         """Results that are ready within `timeout`; lost jobs are requeued, never dropped."""
-        done, self._unrunnable = self._unrunnable, []
-        if not self.in_flight:
-            self._dispatch()
-            done, self._unrunnable = done + self._unrunnable, []
-            return done
-        ready, _ = ray.wait(list(self.in_flight), num_returns=len(self.in_flight), timeout=timeout)
-        if not ready and timeout == 0:
-            self._dispatch()
-            done, self._unrunnable = done + self._unrunnable, []
-            return done
+        done: list[tuple[Candidate, EvalResult]] = []
+        ready = ray.wait(list(self.in_flight), num_returns=len(self.in_flight), timeout=timeout)[0] \
+            if self.in_flight else []
         for ref in ready:
             cand, idx = self.in_flight.pop(ref)
             self.load[idx] -= 1
@@ -127,7 +120,7 @@ class EvalQueue:
                 continue
             done.append((cand, res))
         self._dispatch()
-        done, self._unrunnable = done + self._unrunnable, []
+        done, self._unrunnable = self._unrunnable + done, []     # with those no evaluator can run
         return done
 
 

@@ -9,6 +9,7 @@ have it open: freed buffers wait for `runner_gone`.
 from __future__ import annotations
 
 import itertools
+import math
 import weakref
 
 import numpy as np
@@ -51,12 +52,9 @@ class DeviceArena:
         return cp.ndarray((size,), dtype=cp.uint8, memptr=cp.cuda.MemoryPointer(view, 0))
 
     def array(self, shape, dtype):
-        cp = self.cp
-        dt = cp.dtype(dtype)
-        n = 1
-        for d in shape:
-            n *= int(d)
-        return self.empty(n * dt.itemsize)[:n * dt.itemsize].view(dt).reshape(shape)
+        dt = self.cp.dtype(dtype)
+        nbytes = math.prod(int(d) for d in shape) * dt.itemsize
+        return self.empty(nbytes)[:nbytes].view(dt).reshape(shape)
 
     def _free(self, ptr: int) -> None:
         got = self._by_ptr.pop(ptr, None)
