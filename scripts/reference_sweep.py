@@ -198,6 +198,16 @@ def print_level(name: str, f: dict, extra: dict) -> None:
             print(f"  {label}  {prob}: {why.splitlines()[0][:200]}")
 
 
+def write_out(path: Path, out: dict, t0: float, partial: bool) -> None:
+    """The JSON with its totals so far; `partial` while levels are still to come."""
+    lv = out["levels"].values()
+    out["wall_s"] = round(time.perf_counter() - t0, 3)
+    out["correct"], out["total"] = sum(f["correct"] for f in lv), sum(f["total"] for f in lv)
+    out["partial"] = partial
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=1, default=str) + "\n")
+
+
 def gpu_slug(infos: list[dict], backend: str) -> str:
     if backend not in GPU_BACKENDS:
         return "cpu"
@@ -240,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     out = {"gpu": gpu_slug(infos, cfg.eval.backend), "backend": cfg.eval.backend, "evaluators": len(evs),
            "hardware": sorted({i.get("hardware", "") for i in infos}), "timeout_s": cfg.eval.timeout_s,
            "torch_compile": cfg.eval.torch_compile, "plan_s": round(plan_s, 3), "levels": {}, "problems": []}
+    path = Path(args.out) if args.out else ROOT / "scripts" / "results" / f"reference_sweep_{out['gpu']}.json"
     try:
         for name, p in planned.items():
             rows, wall = run_level(queue, p["jobs"], name, args.quiet, cfg.eval.backend in GPU_BACKENDS)
@@ -248,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
             out["levels"][name] = fig
             out["problems"] += rows
             print_level(name, fig, p)
+            write_out(path, out, t0, partial=len(out["levels"]) < len(planned))   # a cut-short run keeps its levels
     finally:
         try:
             ray.get([ev.shutdown.remote() for ev in evs], timeout=30)
@@ -257,13 +269,8 @@ def main(argv: list[str] | None = None) -> int:
             ray.kill(ev)
         if owned:
             ray.shutdown()
-    lv = out["levels"].values()
-    out["wall_s"] = round(time.perf_counter() - t0, 3)
-    out["correct"], out["total"] = sum(f["correct"] for f in lv), sum(f["total"] for f in lv)
+    write_out(path, out, t0, partial=False)
     print(f"all: {out['correct']} / {out['total']} correct in {out['wall_s']:.0f} s")
-    path = Path(args.out) if args.out else ROOT / "scripts" / "results" / f"reference_sweep_{out['gpu']}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=1, default=str) + "\n")
     print(f"wrote {path}")
     return 0 if out["correct"] == out["total"] else 1
 
