@@ -371,3 +371,14 @@ def test_input_sets_the_judge_lets_go_of_leave_the_runner_too(tmp_path):
     finally:
         runner.close()
         spawner.close()
+
+
+def test_an_ipc_handle_reaches_the_cuda_driver_whole():
+    """A CUDA IPC handle is 64 opaque bytes, zeros among them; all of them reach the driver (a
+    c_char array stops at the first zero, and the runner then could not open the judge's buffers)."""
+    from kfray.eval.runner_cuda import ipc_handle
+
+    raw = bytes([7, 0, 0, 3] + [0] * 40 + list(range(1, 21)))
+    assert bytes(ipc_handle(raw.hex())) == raw
+    with pytest.raises(ValueError, match="63 bytes"):
+        ipc_handle(raw[:63].hex())

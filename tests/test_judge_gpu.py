@@ -15,6 +15,7 @@ from test_judge_apart import CLOCK_PATCH, MEMO, MEMO_BODY, SLOW_RELU, modelnew  
 
 PROBLEMS = {
     "relu": ("torch.relu(x)", "def get_inputs():\n    return [torch.randn(32768, 32768)]\n", "x"),
+    "relu_small": ("torch.relu(x)", "def get_inputs():\n    return [torch.randn(1024, 256)]\n", "x"),
     "matmul": ("torch.matmul(A, B)", "N = 4096\n\ndef get_inputs():\n    return [torch.rand(N, N), torch.rand(N, N)]\n",
                "A, B"),
 }
@@ -93,3 +94,52 @@ def test_batchnorm_in_training_mode_passes_as_its_own_kernel(tmp_path):
     r = _verify(f"kernelbench:{p}", k, tmp_path / "cache")
     assert _trusted(r), r.reason
     assert 0.7 < r.facts["suite"]["speedup"] < 1.4, r.facts["suite"]
+
+
+def test_device_memory_comes_back_after_each_candidate(tmp_path):
+    """A sweep runs hundreds of full-size problems through one judge: what a candidate's runner
+    mapped of the judge's memory (4 GiB inputs here, several sets) must be free again after it."""
+    from kfray.candidate import Candidate, EvalResult
+    from kfray.config import EvalConfig
+    from kfray.eval.evaluator import Evaluator
+
+    task = problem(tmp_path, "relu")
+    source = modelnew(tmp_path, "plain").read_text()
+    ev = Evaluator("torch_ext_cuda", EvalConfig(backend="torch_ext_cuda", cache_dir=str(tmp_path / "cache"),
+                                                suite_perf_trials=10))
+    try:
+        free = []
+        for _ in range(3):
+            r = EvalResult.from_dict(ev.evaluate(Candidate(task=task, language="suite", source=source)))
+            assert r.tier == 5, r.reason
+            free.append(torch.cuda.mem_get_info()[0])
+    finally:
+        ev.shutdown()
+    assert free[-1] > free[0] - (2 << 30), f"free device memory fell by {(free[0] - free[-1]) / 2**30:.1f} GiB " \
+        "over two candidates"
+
+
+SEGMENT_WIPE = """
+import ctypes
+_cu = ctypes.CDLL("libcuda.so.1")
+
+
+def _wipe_around(t):
+    base, size = ctypes.c_uint64(), ctypes.c_size_t()
+    if _cu.cuMemGetAddressRange_v2(ctypes.byref(base), ctypes.byref(size), ctypes.c_uint64(t.data_ptr())):
+        return
+    lo, hi = t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()
+    torch.cuda.synchronize()
+    _cu.cuMemsetD8_v2(ctypes.c_uint64(base.value), 0, ctypes.c_size_t(lo - base.value))
+    _cu.cuMemsetD8_v2(ctypes.c_uint64(hi), 0, ctypes.c_size_t(base.value + size.value - hi))
+    torch.cuda.synchronize()
+"""
+
+
+def test_a_modelnew_that_wipes_the_memory_beside_its_inputs_reaches_none_of_the_judges(tmp_path):
+    """An IPC handle maps the whole allocation its tensor lives in. A kernel that returns zeros
+    and zeroes everything else there would pass if the judge's own inputs or reference outputs
+    shared that allocation; the judge shares copies, alone in a pool of their own."""
+    k = modelnew(tmp_path, "wipe", prelude=SEGMENT_WIPE, body="        _wipe_around(x)\n        return torch.zeros_like(x)")
+    r = _verify(problem(tmp_path, "relu_small"), k, tmp_path / "cache")
+    assert r.tier < 5, f"zeros judged correct: {r.reason}"

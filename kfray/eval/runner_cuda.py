@@ -55,7 +55,16 @@ _V2 = ("cuMemHostGetDevicePointer", "cuIpcOpenMemHandle", "cuEventElapsedTime", 
 
 
 class _IpcHandle(ctypes.Structure):
-    _fields_ = [("reserved", ctypes.c_char * IPC_HANDLE_BYTES)]
+    # bytes, not c_char: a c_char array takes a value only up to its first zero byte
+    _fields_ = [("reserved", ctypes.c_ubyte * IPC_HANDLE_BYTES)]
+
+
+def ipc_handle(hex_text: str) -> _IpcHandle:
+    """The driver's handle struct from the judge's hex text, all 64 bytes of it."""
+    raw = bytes.fromhex(str(hex_text))
+    if len(raw) != IPC_HANDLE_BYTES:
+        raise ValueError(f"an IPC handle of {len(raw)} bytes")
+    return _IpcHandle.from_buffer_copy(raw)
 
 
 class CudaError(RuntimeError):
@@ -118,11 +127,8 @@ class CudaSide:
     # -- buffers ------------------------------------------------------------------------------
     def open(self, ids: list, handles: list, sizes: list) -> None:
         for i, h, n in zip(ids, handles, sizes):
-            raw = bytes.fromhex(str(h))
-            if len(raw) != IPC_HANDLE_BYTES:
-                raise ValueError(f"an IPC handle of {len(raw)} bytes")
             ptr = ctypes.c_uint64()
-            self._check("cuIpcOpenMemHandle", ctypes.byref(ptr), _IpcHandle(raw), 1)  # lazy peer access
+            self._check("cuIpcOpenMemHandle", ctypes.byref(ptr), ipc_handle(h), 1)  # lazy peer access
             self.maps[int(i)] = (ptr.value, int(n))
 
     def close(self, ids: list) -> None:

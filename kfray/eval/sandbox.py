@@ -141,7 +141,7 @@ def _run_one(backend, spawner, arena, job: dict, load_task) -> dict:
     from kfray.eval.remote import RemoteRunner, RunnerFailed
     from kfray.eval.state_check import changes, fingerprint, tampered
 
-    runner = None
+    runner = fn = None
     t0 = time.perf_counter()
     if spawner is not None and job.get("extend") and job.get("call_deadline_s"):
         # Loading the task here and the candidate in its runner is not the kernel's time (the runner's
@@ -149,7 +149,6 @@ def _run_one(backend, spawner, arena, job: dict, load_task) -> dict:
         job["extend"](float(job["call_deadline_s"]) + SETUP_ALLOWANCE_S)
     try:
         task = load_task(job["task_ref"])
-        fn = None
         if spawner is not None:
             runner = RemoteRunner(spawner, deadline_s=float(job.get("call_deadline_s", 600.0)))
             fn = backend.load_remote(runner, arena, job["artifact"], task)
@@ -187,9 +186,9 @@ def _run_one(backend, spawner, arena, job: dict, load_task) -> dict:
     finally:
         if runner is not None:
             runner.close()
-            gone = getattr(backend, "runner_gone", None)     # device memory it had open may be freed now
-            if gone is not None:
-                gone()
+            for gone in (getattr(fn, "runner_gone", None), getattr(backend, "runner_gone", None)):
+                if gone is not None:                  # device memory it had open may be freed now
+                    gone()
     return result
 
 

@@ -37,15 +37,22 @@ def _dtype_name(t) -> str:
     return str(t.dtype).removeprefix("torch.")
 
 
-def export_tensor(t) -> tuple[dict, list[int], object]:
-    """(descriptor, descriptors to send, the tensor to use on this side) of tensor `t`. A CUDA
-    tensor is shared as it is; a CPU tensor is copied into a memfd of its own, and the copy (which
-    the receiver will share) is what this side must use from then on."""
+def export_tensor(t, pool=None) -> tuple[dict, list[int], object]:
+    """(descriptor, descriptors to send, the tensor to use on this side) of tensor `t`. A CPU
+    tensor is copied into a memfd of its own; a CUDA tensor is copied into `pool` (a
+    torch.cuda.MemPool) where one is given, else shared as it is. The copy (which the receiver
+    will share) is what this side must use from then on. Why the pool: an IPC handle opens the
+    whole segment a tensor lives in, so a judge shares only segments that hold nothing else of it."""
     import torch
 
     d = {"dtype": _dtype_name(t), "shape": list(t.shape), "stride": list(t.stride()),
          "offset": int(t.storage_offset()), "grad": bool(t.requires_grad)}
     if t.device.type == "cuda":
+        if pool is not None:
+            with torch.no_grad(), torch.cuda.use_mem_pool(pool):
+                copy = torch.empty(0, dtype=t.dtype, device=t.device).set_(
+                    t.untyped_storage().clone(), t.storage_offset(), t.shape, t.stride())
+            t = copy.requires_grad_(True) if d["grad"] else copy
         s = t.untyped_storage()
         (dev, handle, size, soff, rc, rco, ev, evs) = s._share_cuda_()
         d.update(kind="cuda", dev=int(dev), handle=base64.b64encode(handle).decode(), size=int(size),

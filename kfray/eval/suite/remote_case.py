@@ -54,6 +54,12 @@ class RemoteKernel:
         self.last_idx = 0
         self.overhead = 0.0
         self.rng = random.Random()
+        self.pool = None                                 # the judge's tensors a CUDA runner maps
+        self.sent: list[tuple[str, int]] = []            # their IPC reference counters
+        if device == "cuda":
+            import torch
+
+            self.pool = torch.cuda.MemPool()
         # The suite's spec as data: the runner rebuilds its cases without loading the task again
         # (a KernelBench task's load traces its model: seconds, and torch ops a fork must not follow).
         runner.request({"op": "load_torch", "artifact": artifact, "spec": dataclasses.asdict(task.suite),
@@ -86,7 +92,9 @@ class RemoteKernel:
         items, fds, mine = [], [], []
         for x in seq:
             if isinstance(x, torch.Tensor):
-                d, f, shared = export_tensor(x.detach() if not x.requires_grad else x)
+                d, f, shared = export_tensor(x.detach() if not x.requires_grad else x, self.pool)
+                if d.get("kind") == "cuda":
+                    self.sent.append((d["rc"], d["rco"]))
                 items.append({"t": d})
                 fds += f
                 mine.append(shared)
@@ -243,6 +251,29 @@ class RemoteKernel:
             return None, None
         outs = self._import(ans, fds, xs)
         return outs[:n], outs[n:]
+
+    def runner_gone(self) -> None:
+        """The runner is dead: the judge's memory it mapped is the judge's to free. torch keeps a
+        shared CUDA block until its receiver lowers the block's IPC counter, which a killed runner
+        never does; the judge lowers them itself (each block was shared once, to this runner),
+        then gives the pool and its cached blocks back to the device for the next runner."""
+        if self.device != "cuda":
+            return
+        import gc
+
+        import torch
+
+        self.rotation, self.slots, self.check = [], None, None
+        sent, self.sent = self.sent, []
+        for rc, rco in sent:
+            try:
+                torch.UntypedStorage._release_ipc_counter_cuda(rc.encode(), rco)
+            except (RuntimeError, TypeError):     # the counter file is gone with its last block
+                pass
+        gc.collect()
+        torch.cuda.ipc_collect()
+        self.pool = None
+        torch.cuda.empty_cache()
 
     # -- timing -------------------------------------------------------------------------------
     def start_timing(self, trials: int) -> list:
