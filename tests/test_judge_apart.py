@@ -382,3 +382,21 @@ def test_an_ipc_handle_reaches_the_cuda_driver_whole():
     assert bytes(ipc_handle(raw.hex())) == raw
     with pytest.raises(ValueError, match="63 bytes"):
         ipc_handle(raw[:63].hex())
+
+
+def test_a_reference_that_draws_random_numbers_passes_as_its_own_kernel(tmp_path, suite_cache):
+    """Dropout in training mode (KernelBench level2/66): each side's call starts from the trial's
+    seed, so the reference's copy, run in its runner, draws the same mask as the reference."""
+    d = tmp_path / "kb" / "level2"
+    d.mkdir(parents=True)
+    p = d / "66_Matmul_Dropout_Softmax.py"
+    p.write_text("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+                 "    def __init__(self, n, p):\n        super().__init__()\n        self.lin = nn.Linear(n, n)\n"
+                 "        self.drop = nn.Dropout(p)\n\n    def forward(self, x):\n"
+                 "        return torch.softmax(self.drop(self.lin(x)) * 8.0, dim=1)\n\n\n"
+                 "def get_inputs():\n    return [torch.rand(64, 256)]\n\n\n"
+                 "def get_init_inputs():\n    return [256, 0.5]\n")
+    k = tmp_path / "drop_new.py"
+    k.write_text(p.read_text().replace("class Model(", "class ModelNew("))
+    r = _verify(f"kernelbench:{p}", k, suite_cache)
+    assert r.tier == 5, r.reason

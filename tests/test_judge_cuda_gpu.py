@@ -63,8 +63,9 @@ def test_a_cuda_kernels_leftovers_do_not_reach_the_next_candidate(evaluator):
 
 
 def test_the_judges_context_survives_a_kernels_illegal_address(evaluator):
-    bad = HEAD + AXPB_KERNEL.replace("y[i] =", "((float*)0)[i] =") + SIG + " {\n" + LAUNCH + \
-        "    return (int)cudaGetLastError();\n}\n"
+    # the null pointer comes as an argument: a literal one lets the compiler drop the store
+    bad = HEAD + AXPB_KERNEL.replace("float* y,", "float* y, float* bad,").replace("y[i] =", "bad[i] =") + \
+        SIG + " {\n" + LAUNCH.replace("(x, y,", "(x, y, nullptr,") + "    return (int)cudaGetLastError();\n}\n"
     before = evaluator.stats()["sandbox_restarts"]
     r = _eval(evaluator, bad)
     assert r.tier == 2 and "illegal" in r.reason.lower(), r.reason

@@ -119,6 +119,11 @@ class Runner:
                     out = {"s": 0.0}
                 elif op == "call":
                     out = self.op_call(req)
+                elif op == "call_held" and self.cuda is not None:
+                    args = [self.address(a[1], a[2]) if a[0] == "p" else a[1] for a in req["args"]]
+                    out = self.cuda.call_held(self.fn, args, req.get("hold_s", 0.2))
+                elif op == "release" and self.cuda is not None:
+                    out = self.cuda.release()
                 elif op == "drop":
                     out = self.op_drop(req)
                 elif op == "load_cdll":

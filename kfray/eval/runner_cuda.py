@@ -156,9 +156,9 @@ class CudaSide:
         return {"seen": seen.hex(), "s": self.call(lambda *a: 0, [])["s"]}
 
     # -- a timed call -------------------------------------------------------------------------
-    def _arm(self) -> None:
+    def _arm(self, hold_s: float = HOLD_S) -> None:
         self.flags[0] = self.flags[1] = 0
-        flag, timeout = ctypes.c_uint64(self.flag_dev.value), ctypes.c_uint64(int(HOLD_S * 1e9))
+        flag, timeout = ctypes.c_uint64(self.flag_dev.value), ctypes.c_uint64(int(hold_s * 1e9))
         params = (ctypes.c_void_p * 2)(ctypes.addressof(flag), ctypes.addressof(timeout))
         self._check("cuLaunchKernel", self.hold, 1, 1, 1, 1, 1, 1, 0, self.stream, params, None)
 
@@ -182,3 +182,20 @@ class CudaSide:
         left_running = (t1 - t_stream) > self.idle_sync_s + LEFT_RUNNING_SLACK_S and wall > 1.5 * ev
         err = int(self.last_error()) if self.last_error is not None else 0
         return {"rc": int(rc), "err": err, "s": max(wall, ev) if left_running else ev}
+
+    # -- the stream probe (kfray.eval.backends.cuda.split.probe_remote) ---------------------------
+    def call_held(self, fn, args: list, hold_s: float) -> dict:
+        """kf_forward launched behind a held stream, answered before the hold ends: the judge
+        then looks at the outputs, which nothing ordered on the stream can have written yet."""
+        self._arm(min(max(float(hold_s), 0.0), 1.0))
+        try:
+            rc = fn(*args, self.stream.value)
+        except BaseException:
+            self.flags[0] = 1
+            raise
+        return {"rc": int(rc)}
+
+    def release(self) -> dict:
+        self.flags[0] = 1
+        self._check("cuCtxSynchronize")
+        return {"timed_out": bool(self.flags[1])}

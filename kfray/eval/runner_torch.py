@@ -102,6 +102,10 @@ class TorchSide:
             self.held.pop(int(i), None)
         case, model = self.models[str(req["model"])]
         xs = self.sets[str(req["inputs"])]
+        if req.get("seed") is not None:   # the judge seeded its generator before this call
+            from kfray.eval.suite.common import set_seed
+
+            set_seed(int(req["seed"]))
         if req.get("fresh"):              # new tensors every call: nothing to memoise by identity
             xs = [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
         self._sync()

@@ -121,10 +121,14 @@ class Judge:
             watched, names = params_and_inputs(new, xs)
             before = {n: t.detach().clone() for n, t in state_of(new).items()}
             outs_ref = None
+            # Each side's call starts from the trial's seed: a reference that draws random numbers
+            # (dropout in training mode) draws the same ones as its copy does.
             if not kernel_first:
+                set_seed(seed)
                 outs_ref = outputs(call_kernel(case.call_ref, ref, xs), "the reference")
                 self.sync()
             snaps = snapshot(watched)
+            set_seed(seed)
             t0 = time.perf_counter()
             outs = outputs(call_kernel(case.call_new, new, xs), "the kernel")
             self.sync()
@@ -143,6 +147,7 @@ class Judge:
                 raise Verdict(TIER_WRONG_VALUES, f"{tag}: the kernel changed {bad} (inputs must come back "
                               "unchanged) [kfray rule]")
             if kernel_first:
+                set_seed(seed)
                 outs_ref = outputs(call_kernel(case.call_ref, ref, xs), "the reference")
                 self.sync()
             self._params_as_reference(new, before, ref, tag)

@@ -128,8 +128,11 @@ class RemoteKernel:
             self.calls += 1
             xs = self.rotation[idx]
         self.last_idx = idx
+        from kfray.eval.suite.common import last_seed
+
         req = {"op": "torch_call", "model": model.key, "inputs": xs.key, "fresh": self.timing,
-               "release": self._last, "drop": self._take_dropped()}
+               "release": self._last, "drop": self._take_dropped(),
+               "seed": None if self.timing else last_seed()}   # the generator the judge just seeded
         self._last = []
         if self.timing and self.slots is not None:
             ans, fds = self._timed({**req, "slot": self.slots[0]})
