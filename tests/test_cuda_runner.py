@@ -34,3 +34,31 @@ def test_device_buffers_before_a_context_are_refused():
     r.serve()
     ans = wire.recv(a, timeout=5)
     assert ans["seq"] == 7 and "error" in ans, ans
+
+
+def test_an_ipc_handle_reaches_the_cuda_driver_whole():
+    """A CUDA IPC handle is 64 opaque bytes, zeros among them; all of them reach the driver (a
+    c_char array stops at the first zero, and the runner then could not open the judge's buffers)."""
+    from kfray.eval.runner_cuda import ipc_handle
+
+    raw = bytes([7, 0, 0, 3] + [0] * 40 + list(range(1, 21)))
+    assert bytes(ipc_handle(raw.hex())) == raw
+    with pytest.raises(ValueError, match="63 bytes"):
+        ipc_handle(raw[:63].hex())
+
+
+
+def test_only_a_large_tensor_under_the_judges_allocator_setting_goes_to_a_runner_uncopied(monkeypatch):
+    """An IPC handle maps a tensor's whole allocation. The judge's allocator never splits a block
+    over ALONE_BYTES, so only such a tensor is known to be alone there; any other is copied first."""
+    torch = pytest.importorskip("torch")
+    from kfray.eval.sandbox import JUDGE_ALLOC_CONF
+    from kfray.eval.tensor_wire import ALONE_BYTES, _alone
+
+    big, small = torch.empty(ALONE_BYTES // 4 + 1), torch.empty(16)
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", JUDGE_ALLOC_CONF)
+    assert _alone(big) and not _alone(small)
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", JUDGE_ALLOC_CONF + ",expandable_segments:True")
+    assert not _alone(big)
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF")
+    assert not _alone(big)

@@ -45,8 +45,12 @@ DEFENCES: list[tuple[str, str, tuple[str, ...]]] = [
      ("kf_forward", "suite", "in_judge")),
     ("spot checks of timed calls", "skipping work when timed", ("kf_forward", "suite", "in_judge")),
     ("guard zones", "writes outside a buffer (wrong tails)", ("kf_forward",)),
-    ("stream probe", "work on another CUDA stream (suite forms, and kf_forward in the judge: refused)",
-     ("suite", "in_judge")),
+    ("stream probe", "work on another CUDA stream: the call again with the stream held, outputs written "
+     "meanwhile are refused (kf_forward in its runner: the runner's stream held, the outputs watched from "
+     "the judge)", ("kf_forward", "suite", "in_judge")),
+    ("judge's memory apart", "a runner reaching the judge's own device memory through an IPC handle (which "
+     "maps a whole allocation): the judge shares only allocations that hold nothing else of its own",
+     ("kf_forward", "suite")),
     ("busy context counts wall time", "work on another CUDA stream, kf_forward in its runner: the runner "
      "syncs its context before it answers, and a call whose context was still busy after its stream "
      "finished is charged its wall time", ("kf_forward",)),

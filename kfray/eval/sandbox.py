@@ -127,6 +127,10 @@ def _worker_main(sock: socket.socket, backend_name: str, cfg, memory_mb: int) ->
 
 
 SETUP_ALLOWANCE_S = 120.0
+# The judge's allocator never splits a block over this size, so such a tensor is alone in its
+# allocation and a runner can be given its IPC handle as it is; smaller ones are shared as copies
+# from a pool of their own (kfray.eval.tensor_wire.export_tensor).
+JUDGE_ALLOC_CONF = "max_split_size_mb:64"
 
 
 def _splits(backend_name: str) -> bool:
@@ -213,6 +217,8 @@ class Sandbox:
         helper = ensure_built(getattr(self.cfg, "cache_dir", None) or None)    # the checks' native helper
         if helper is not None:
             env["KFRAY_FASTCHECK_LIB"] = str(helper)
+        if self.backend_name == "torch_ext_cuda":
+            env["PYTORCH_CUDA_ALLOC_CONF"] = JUDGE_ALLOC_CONF
         memory_mb = self.cfg.memory_limit_mb if self.backend_name in ("cpu", "torch_ext_cpu") else 0
         cmd = [sys.executable, "-m", "kfray.eval.sandbox", str(child.fileno())]
         if self.isolated:

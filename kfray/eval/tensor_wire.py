@@ -1,10 +1,11 @@
 """PyTorch tensors between the judge and a candidate's runner, without pickles and, on a GPU,
-without copies.
+without copies of large tensors.
 
 A tensor goes as a descriptor (dtype, shape, strides, offset) that is plain data, plus:
 - on the CPU, the descriptor of a memfd holding its storage (SCM_RIGHTS beside the frame);
 - on CUDA, the storage's CUDA IPC handle (`UntypedStorage._share_cuda_`, as torch.multiprocessing
-  shares it), base64 in the descriptor.
+  shares it), base64 in the descriptor; a storage that shares its allocation with the judge's other
+  tensors goes as a copy from a pool of its own first (`export_tensor`).
 The receiving side maps the same memory: a write by either side is seen by the other, which is
 what the judge's checks of inputs and late writes need. Descriptors from the runner are untrusted:
 `import_tensor` checks the dtype against a list, bounds shape, strides and offsets against the
@@ -37,18 +38,32 @@ def _dtype_name(t) -> str:
     return str(t.dtype).removeprefix("torch.")
 
 
+ALONE_BYTES = 64 << 20      # the judge's max_split_size_mb (kfray.eval.sandbox.JUDGE_ALLOC_CONF)
+
+
+def _alone(t) -> bool:
+    """Whether `t`'s storage has its allocation to itself: under the judge's allocator settings a
+    block over ALONE_BYTES is never split, so nothing else shares its segment."""
+    import os
+
+    conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+    return t.untyped_storage().nbytes() > ALONE_BYTES and f"max_split_size_mb:{ALONE_BYTES >> 20}" in conf \
+        and "expandable_segments:True" not in conf
+
+
 def export_tensor(t, pool=None) -> tuple[dict, list[int], object]:
     """(descriptor, descriptors to send, the tensor to use on this side) of tensor `t`. A CPU
     tensor is copied into a memfd of its own; a CUDA tensor is copied into `pool` (a
-    torch.cuda.MemPool) where one is given, else shared as it is. The copy (which the receiver
-    will share) is what this side must use from then on. Why the pool: an IPC handle opens the
-    whole segment a tensor lives in, so a judge shares only segments that hold nothing else of it."""
+    torch.cuda.MemPool) where one is given, unless its allocation holds nothing else, else shared
+    as it is. The copy (which the receiver will share) is what this side must use from then on.
+    Why: an IPC handle opens the whole allocation a tensor lives in, so a judge shares only
+    allocations that hold nothing else of its own."""
     import torch
 
     d = {"dtype": _dtype_name(t), "shape": list(t.shape), "stride": list(t.stride()),
          "offset": int(t.storage_offset()), "grad": bool(t.requires_grad)}
     if t.device.type == "cuda":
-        if pool is not None:
+        if pool is not None and not _alone(t):
             with torch.no_grad(), torch.cuda.use_mem_pool(pool):
                 copy = torch.empty(0, dtype=t.dtype, device=t.device).set_(
                     t.untyped_storage().clone(), t.storage_offset(), t.shape, t.stride())
