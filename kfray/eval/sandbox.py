@@ -191,8 +191,13 @@ def _run_one(backend, spawner, arena, job: dict, load_task) -> dict:
         if runner is not None:
             runner.close()
             for gone in (getattr(fn, "runner_gone", None), getattr(backend, "runner_gone", None)):
-                if gone is not None:                  # device memory it had open may be freed now
+                if gone is None:
+                    continue
+                try:                                  # device memory it had open may be freed now
                     gone()
+                except Exception as e:                # a device that cannot free is this judge's end
+                    result["recycle"] = True
+                    result.setdefault("facts", {})["runner_gone_error"] = f"{type(e).__name__}: {e}"[:300]
     return result
 
 
