@@ -149,10 +149,13 @@ class RemoteKernel:
         kinds = ["ptr" if isinstance(a, Tensor) else a.dtype for a in task.args]
         runner.request({"op": "load_cdll", "artifact": artifact, "kinds": kinds}, timeout=60)
 
+    def payload(self, args: dict) -> list:
+        """kf_forward's arguments as the runner takes them: shared buffers by reference, scalars."""
+        refs = iter(self.runner.share(self.arena, [args[n] for n in self.names if n in self.tensors]))
+        return [next(refs) if n in self.tensors else ["s", _scalar(args[n])] for n in self.names]
+
     def __call__(self, args: dict) -> int:
-        arrays = [args[n] for n in self.names if n in self.tensors]
-        refs = iter(self.runner.share(self.arena, arrays))
-        payload = [next(refs) if n in self.tensors else ["s", _scalar(args[n])] for n in self.names]
+        payload = self.payload(args)
         ans, _ = self.runner.timed({"op": "call", "args": payload})    # a call answer carries no descriptors
         self.last_answer = ans
         return wire.integer(ans.get("rc"), "kf_forward's return code", -(1 << 31), (1 << 31) - 1)

@@ -258,7 +258,7 @@ class RemoteKernel:
     def runner_gone(self) -> None:
         """The runner is dead: the judge's memory it mapped is the judge's to free. torch keeps a
         shared CUDA block until its receiver lowers the block's IPC counter, which a killed runner
-        never does; the judge lowers them itself (each block was shared once, to this runner),
+        never does; the judge lowers them itself (once for each time it shared a block with it),
         then gives the pool and its cached blocks back to the device for the next runner."""
         if self.device != "cuda":
             return

@@ -18,7 +18,7 @@ import numpy as np
 from kfray.eval import wire
 from kfray.eval.backends.cuda.returncode import ReturnCode, cuda_error_text, kernel_return_code
 from kfray.eval.backends.cuda.probe import PROBE_CALL, PROBE_HOLD_S, PROBE_WAIT_S, PROBE_WROTE_EARLY, STREAM_CONTRACT
-from kfray.eval.remote import RemoteKernel, _scalar
+from kfray.eval.remote import RemoteKernel
 
 
 class _Owner:
@@ -157,9 +157,7 @@ class RemoteCudaKernel(RemoteKernel):
         for o in outs:
             o.fill(np.nan)
         cp.cuda.runtime.deviceSynchronize()
-        arrays = [args[n] for n in self.names if n in self.tensors]
-        refs = iter(self.runner.share(self.arena, arrays))
-        payload = [next(refs) if n in self.tensors else ["s", _scalar(args[n])] for n in self.names]
+        payload = self.payload(args)
         written = False
         try:
             ans = self.runner.request({"op": "call_held", "args": payload, "hold_s": PROBE_HOLD_S})
