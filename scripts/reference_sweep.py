@@ -165,7 +165,10 @@ def row_of(level: str, ref: str, seed: str, res: EvalResult) -> dict:
             "verdict_s": 0.0, "compile_s": res.stage_seconds.get("compile", 0.0),
             "stage_seconds": {k: round(v, 4) for k, v in res.stage_seconds.items()},
             "suite_speedup": suite.get("speedup"), "kfray_speedup": res.speedup if res.correct else 0.0,
-            "evaluator": res.evaluator, "hardware": res.hardware}
+            "evaluator": res.evaluator, "hardware": res.hardware,
+            "peak_device_gib": suite.get("peak_device_gib"),
+            # where a failure leaves it, the judge's log of both processes' device memory by step
+            **({"judge_memory": res.facts["judge_memory"]} if not res.correct and res.facts.get("judge_memory") else {})}
 
 
 def level_figures(rows: list[dict], failed_to_load: dict, wall_s: float) -> dict:

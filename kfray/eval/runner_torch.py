@@ -168,9 +168,18 @@ class TorchSide:
         return self._export(list(first) + list(got), [], {"n": len(first)})
 
     def torch_release(self, req: dict, fds) -> tuple[dict, list]:
+        """Outputs the judge no longer maps let go of; with `settle`, this process's cached device
+        memory given back too (the judge's next step may need it), and what it still holds."""
         for i in req.get("ids", []):
             self.held.pop(int(i), None)
-        return {"ok": True}, []
+        if not (req.get("settle") and self.device == "cuda"):
+            return {"ok": True}, []
+        import torch
+
+        torch.cuda.synchronize()
+        torch.cuda.ipc_collect()
+        torch.cuda.empty_cache()
+        return {"allocated": torch.cuda.memory_allocated(), "reserved": torch.cuda.memory_reserved()}, []
 
     # -- outputs out ------------------------------------------------------------------------------
     def _export(self, outs: list, inputs: list, ans: dict) -> tuple[dict, list]:

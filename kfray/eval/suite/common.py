@@ -92,12 +92,42 @@ def overlaps(a, b) -> bool:
     return a0 < b1 and b0 < a1 and a1 > a0 and b1 > b0
 
 
+CHUNK_ELEMS = 1 << 26     # elements per piece of a comparison: its temporaries stay under 1 GiB
+
+
+def pieces(a, b):
+    """Matching flat pieces of two tensors of one shape. A comparison of whole full-size tensors
+    makes temporaries several times their size (a float64 difference of two 7 GiB outputs is 14 GiB
+    each), which the candidate's runner, another process, then cannot have."""
+    a, b = a.detach().reshape(-1), b.detach().reshape(-1)
+    for i in range(0, a.numel(), CHUNK_ELEMS):
+        yield a[i:i + CHUNK_ELEMS], b[i:i + CHUNK_ELEMS]
+
+
+def all_close(a, b, rtol: float, atol: float, nan_to_num: bool = False, double: bool = False,
+              equal_nan: bool = False) -> bool:
+    """torch.allclose(a, b) over tensors of one shape, piece by piece (optionally of
+    nan_to_num'd or float64 copies of each piece)."""
+    import torch
+
+    for x, y in pieces(a, b):
+        if double:
+            x, y = x.double(), y.double()
+        if nan_to_num:
+            x, y = torch.nan_to_num(x), torch.nan_to_num(y)
+        if not torch.allclose(x, y, rtol=rtol, atol=atol, equal_nan=equal_nan):
+            return False
+    return True
+
+
 def max_diff(a, b) -> float:
     import torch
 
-    d = (a.double() - b.double()).abs()
-    d = torch.nan_to_num(d, nan=float("inf"))
-    return float(d.max()) if d.numel() else 0.0
+    worst = 0.0
+    for x, y in pieces(a, b):
+        d = torch.nan_to_num((x.double() - y.double()).abs(), nan=float("inf"))
+        worst = max(worst, float(d.max()))
+    return worst
 
 
 def allclose_reason(want, got, rtol: float, atol: float, what: str, broadcast: bool = False) -> str | None:
@@ -117,12 +147,15 @@ def allclose_reason(want, got, rtol: float, atol: float, what: str, broadcast: b
         got = got.reshape(want.shape)
     if got.dtype != want.dtype:
         raise Verdict(TIER_WRONG_SHAPE, f"{what}: dtype {got.dtype}, expected {want.dtype}")
-    if torch.allclose(want, got, rtol=rtol, atol=atol):
+    if all_close(want, got, rtol, atol):
         return None
-    bad = ~torch.isclose(want, got, rtol=rtol, atol=atol)
-    n_bad, n = int(bad.sum()), bad.numel()
-    flat = bad.reshape(-1).nonzero()
-    first = int(flat[0]) if len(flat) else -1
+    n_bad, n, first = 0, want.numel(), -1
+    for k, (w, g) in enumerate(pieces(want, got)):
+        bad = ~torch.isclose(w, g, rtol=rtol, atol=atol)
+        nb = int(bad.sum())
+        if nb and first < 0:
+            first = k * CHUNK_ELEMS + int(bad.nonzero()[0])
+        n_bad += nb
     return (f"{what}: {n_bad} of {n} elements outside atol={atol:g} + rtol={rtol:g}*|ref| "
             f"(max |diff| {max_diff(want, got):.3g}; first at flat index {first})")
 
@@ -136,11 +169,13 @@ def changed(ts: list, snaps: list, names: list[str]) -> str | None:
     import torch
 
     for t, s, n in zip(ts, snaps, names):
-        t = t.detach()
-        same = torch.equal(t, s) or (t.is_floating_point() and torch.equal(torch.isnan(t), torch.isnan(s))
-                                     and torch.equal(torch.nan_to_num(t), torch.nan_to_num(s)))
-        if not same:
+        if t.shape != s.shape or t.dtype != s.dtype:
             return n
+        for a, b in pieces(t, s):
+            same = torch.equal(a, b) or (a.is_floating_point() and torch.equal(torch.isnan(a), torch.isnan(b))
+                                         and torch.equal(torch.nan_to_num(a), torch.nan_to_num(b)))
+            if not same:
+                return n
     return None
 
 

@@ -25,7 +25,7 @@ def size_limits(judge: Judge, cases: list, kernel: Any, job: dict) -> None:
     timeout, and the job asks its evaluator for the time both sides need (up to max_timeout_s)."""
     import torch
 
-    from kfray.eval.suite.common import SUITE_SEED, making, set_seed, tensors, to_device, to_module
+    from kfray.eval.suite.common import SUITE_SEED, making, set_seed, to_device, to_module
 
     extend = job.get("extend")
     factor = float(job.get("slow_factor") or 20.0)
@@ -64,6 +64,7 @@ def run_suite_job(backend, kernel: Any, task, job: dict) -> dict:
     t0 = time.perf_counter()
     if backend.device == "cuda":
         torch.cuda.reset_peak_memory_stats()
+    judge = None
     try:
         from kfray.eval.suite.remote_case import RemoteKernel
         if isinstance(kernel, RemoteKernel):   # the candidate side in its runner, the reference here
@@ -71,13 +72,18 @@ def run_suite_job(backend, kernel: Any, task, job: dict) -> dict:
         else:
             cases = runner_for(spec, kernel, task).cases()
         judge = Judge(backend, spec, rng)
+        if isinstance(kernel, RemoteKernel):
+            judge.memory.remote = kernel
+        judge.memory.settle("start")          # what an earlier candidate left in this judge's cache
         size_limits(judge, cases, kernel, job)
+        judge.memory.settle("reference timed once")
         judge.suite_trials(cases)
         stages["correctness"] = time.perf_counter() - t0
         if backend.device == "cuda" and spec.direction == "forward":
             from kfray.eval.suite.stream_probe import probe_case
 
             why = probe_case(backend, judge, cases[0])
+            judge.memory.settle("stream probe")
             if why:
                 raise Verdict(TIER_RUNTIME_ERROR, f"configuration {cases[0].name}: {why} [kfray rule]", recycle=True)
         judge.fresh_trials(cases)
@@ -95,15 +101,20 @@ def run_suite_job(backend, kernel: Any, task, job: dict) -> dict:
         stages.setdefault("correctness", time.perf_counter() - t0)
         out = {"tier": v.tier, "reason": v.reason, "stage_seconds": stages,
                "facts": {"suite": {"name": SUITE_NAMES.get(spec.kind, spec.kind), "verdict": "rejected"}}}
+        if judge is not None and judge.memory.log:
+            out["facts"]["judge_memory"] = judge.memory.log
         if v.recycle:
             out["recycle"] = True
         return out
     except torch.cuda.OutOfMemoryError as e:
         return {"tier": TIER_RUNTIME_ERROR, "reason": f"out of device memory: {str(e).splitlines()[0]}",
-                "stage_seconds": stages, "recycle": True}
+                "stage_seconds": stages, "recycle": True,
+                "facts": {"judge_memory": judge.memory.log} if judge is not None else {}}
     figures["suite"]["max_diff"] = judge.max_diff
     figures["suite"].update(peak_memory(backend))
     facts = {"form": "suite", "suite": figures["suite"], "per_shape": figures["per_shape"]}
+    if judge.memory.log:
+        facts["judge_memory"] = judge.memory.log
     reason = ""
     if judge.flags:                       # times the judge's own clock cannot account for
         facts["flags"] = judge.flags

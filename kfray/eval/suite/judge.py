@@ -7,9 +7,10 @@ from typing import Callable
 import numpy as np
 
 from kfray.candidate import TIER_RUNTIME_ERROR, TIER_WRONG_SHAPE, TIER_WRONG_VALUES
-from kfray.eval.suite.common import (LATE_WAIT_S, RKB, SUITE_NAMES, Verdict, allclose_reason, changed, gradients,
-                                     making, max_diff, outputs, overlaps, set_seed, snapshot, suite_seeds,
+from kfray.eval.suite.common import (LATE_WAIT_S, RKB, SUITE_NAMES, Verdict, all_close, allclose_reason, changed,
+                                     gradients, making, max_diff, outputs, overlaps, set_seed, snapshot, suite_seeds,
                                      tensors, to_device, to_module)
+from kfray.eval.suite.device_memory import DeviceMemory
 from kfray.eval.suite.runners import Case
 from kfray.tasks.suite_spec import SuiteSpec
 
@@ -62,16 +63,13 @@ def unexplained_change(new, before: dict, ref, rtol: float, atol: float) -> str 
     """The first parameter or buffer that the kernel's call changed and the reference's own call
     did not leave the same way (a reference in training mode updates BatchNorm running statistics:
     a kernel that does the same is right, not a reward hack); None when every change is explained."""
-    import torch
-
     theirs = state_of(ref)
     for n, t in state_of(new).items():
         t = t.detach()
         if changed([t], [before[n]], [n]) is None:
             continue
         r = theirs.get(plain_name(n))
-        if r is None or r.shape != t.shape or not torch.allclose(t.double(), r.detach().double(), rtol=rtol,
-                                                                  atol=atol, equal_nan=True):
+        if r is None or r.shape != t.shape or not all_close(t, r, rtol, atol, double=True, equal_nan=True):
             return f"parameter {n}"
     return None
 
@@ -95,6 +93,7 @@ class Judge:
         self.device = backend.device
         self.max_diff = 0.0
         self.flags: list[str] = []                  # timing the judge's clock cannot account for
+        self.memory = DeviceMemory(self.device)
 
 
     def sync(self) -> None:
@@ -262,6 +261,7 @@ class Judge:
             self.backward_trial(case, seed, fresh)
         else:
             self.forward_trial(case, seed, kernel_first, fresh)
+        self.memory.settle(f"{case.name}: {'fresh' if fresh else 'suite'} trial")
 
     def suite_trials(self, cases: list[Case]) -> None:
         seeds = suite_seeds(self.spec.trials)

@@ -255,6 +255,19 @@ class RemoteKernel:
         outs = self._import(ans, fds, xs)
         return outs[:n], outs[n:]
 
+    def let_go(self) -> dict:
+        """The runner drops the input sets and outputs the judge no longer holds and gives its
+        cached device memory back; what it says it still holds (figures for the log, never a
+        verdict)."""
+        ans = self.runner.request({"op": "torch_release", "ids": self._last, "drop": self._take_dropped(),
+                                   "settle": True})
+        self._last = []
+        out = {}
+        for k in ("allocated", "reserved"):
+            if isinstance(ans.get(k), int) and 0 <= ans[k] < 1 << 50:
+                out[f"runner_{k}_gib"] = round(ans[k] / 2**30, 2)
+        return out
+
     def runner_gone(self) -> None:
         """The runner is dead: the judge's memory it mapped is the judge's to free. torch keeps a
         shared CUDA block until its receiver lowers the block's IPC counter, which a killed runner

@@ -77,7 +77,7 @@ def probe_case(backend, judge, case) -> str | None:
     """None when the kernel keeps the contract (or the probe cannot tell); else the reason."""
     import torch
 
-    from kfray.eval.suite.common import SUITE_SEED, making, set_seed, to_device, to_module
+    from kfray.eval.suite.common import SUITE_SEED, all_close, making, set_seed, to_device, to_module
 
     dev = backend.device
     with torch.no_grad(), making(judge.spec, dev):
@@ -92,8 +92,8 @@ def probe_case(backend, judge, case) -> str | None:
         if first is None:
             return None
         for a, b in zip(first, got):
-            if a.shape != b.shape or not torch.allclose(torch.nan_to_num(a), torch.nan_to_num(b),
-                                                        rtol=judge.spec.rtol, atol=judge.spec.atol):
+            if a.shape != b.shape or a.dtype != b.dtype or not all_close(a, b, judge.spec.rtol, judge.spec.atol,
+                                                                            nan_to_num=True):
                 return ("work off the current stream: with that stream held, the kernel's result changed (it "
                         f"read its inputs before work queued earlier on the stream had finished); {CONTRACT}")
     return None

@@ -185,6 +185,7 @@ def measure(backend, judge: Judge, cases: list[Case], job: dict) -> dict:
     for case in cases:
         ts_new, (m_new, xs_new, last_new) = time_case(judge, clock, case, seed, "new", warmup, trials, budget)
         del m_new, xs_new                  # the reference makes the same inputs again from the seed
+        judge.memory.settle(f"{case.name}: kernel timed")
         if kb:        # one model pair for every trial: the same calls on both sides keep their state alike
             ts_ref, (m_ref, xs_ref, last_ref) = time_case(judge, clock, case, seed, "ref", clock.warmed, len(ts_new),
                                                           0.0)
@@ -192,6 +193,7 @@ def measure(backend, judge: Judge, cases: list[Case], job: dict) -> dict:
             ts_ref, (m_ref, xs_ref, last_ref) = time_case(judge, clock, case, seed, "ref", warmup, trials, budget)
         check_timed(judge, case, last_new, last_ref, m_ref)
         del m_ref, xs_ref, last_new, last_ref
+        judge.memory.settle(f"{case.name}: reference timed")
         s_new, s_ref = stats(ts_new), stats(ts_ref)
         times[case.name], ref_times[case.name] = s_new["median"], s_ref["median"]
         spreads.append(s_new["iqr"] / s_new["median"] if s_new["median"] > 0 else 0.0)

@@ -1,0 +1,43 @@
+"""The judge's device memory between the steps of a suite evaluation: given back, and on record.
+
+The candidate runs in another process (its runner). Memory that either process's caching
+allocator keeps is memory the other cannot have, and neither's out-of-memory retry can free the
+other's cache; a block the judge shared stays allocated until the runner lets go of its mapping.
+So after every step that freed large tensors, the judge has the runner drop what the judge no
+longer holds and empty its cache, then empties its own; full-size problems of many GiB then fit
+beside each other's next step. Each step's figures are kept, so that an out-of-memory verdict
+says whose memory the device held.
+"""
+from __future__ import annotations
+
+MAX_LOG = 48
+
+
+def _gib(n: int | float) -> float:
+    return round(float(n) / 2**30, 2)
+
+
+class DeviceMemory:
+    def __init__(self, device: str, remote=None):
+        self.on = device == "cuda"
+        self.remote = remote           # the candidate's runner side (kfray.eval.suite.remote_case)
+        self.log: list[dict] = []
+
+    def settle(self, step: str) -> None:
+        """Both processes' freed device memory back to the device; one line of the log."""
+        if not self.on:
+            return
+        import torch
+
+        runner = self.remote.let_go() if self.remote is not None else None
+        torch.cuda.synchronize()
+        torch.cuda.ipc_collect()              # blocks the runner has let go of
+        torch.cuda.empty_cache()
+        if len(self.log) >= MAX_LOG:
+            return
+        free, _ = torch.cuda.mem_get_info()
+        row = {"step": step, "judge_allocated_gib": _gib(torch.cuda.memory_allocated()),
+               "judge_reserved_gib": _gib(torch.cuda.memory_reserved()), "device_free_gib": _gib(free)}
+        if runner:
+            row.update(runner)
+        self.log.append(row)
