@@ -16,6 +16,8 @@ import time
 from kfray.eval import wire
 from kfray.eval.tensor_wire import export_tensor, import_tensor
 
+STATE_PAGE = 48            # parameters and buffers per answer: their descriptors fit the wire's cap
+
 
 class TorchSide:
     def __init__(self, runner):
@@ -139,9 +141,11 @@ class TorchSide:
         from kfray.eval.suite.judge import state_of
 
         _, model = self.models[str(req["model"])]
-        state = state_of(model)
-        ans, fds_out = self._export([t.detach() for t in state.values()], [], {"names": list(state)})
-        return ans, fds_out
+        state = list(state_of(model).items())
+        start = int(req.get("start", 0))
+        page = state[start:start + STATE_PAGE]
+        return self._export([t.detach() for _, t in page], [], {"names": [n for n, _ in page],
+                                                               "more": start + STATE_PAGE < len(state)})
 
     def torch_set_state(self, req: dict, fds) -> tuple[dict, list]:
         import torch

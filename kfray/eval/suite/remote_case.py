@@ -17,6 +17,7 @@ from kfray.eval import wire
 from kfray.eval.tensor_wire import export_tensor, import_tensor
 
 SAMPLED_CALLS = 8          # timed calls per configuration whose outputs the judge keeps to check
+MAX_STATE = 100_000        # parameters and buffers of one candidate model, at most
 
 
 class SharedInputs(list):
@@ -115,7 +116,10 @@ class RemoteKernel:
         return shared
 
     def _take_dropped(self) -> list[str]:
-        out, self._dropped = self._dropped, []
+        # Emptied in place: the finalizers of sets still alive append to this very list (a new list
+        # here left every later drop in an orphan, and the runner mapping every set to the end).
+        out = list(self._dropped)
+        self._dropped.clear()
         return out
 
     def call(self, model: RemoteModel, xs):
@@ -231,14 +235,18 @@ class RemoteKernel:
 
     def state(self, key: str) -> list:
         """(name, tensor) of the candidate model's parameters and buffers, mapped from the runner."""
-        ans, fds = self.runner.request_fds({"op": "torch_state", "model": key, "release": []})
-        names = ans.get("names")
-        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-            raise wire.WireError("the runner's state names are not a list of strings")
-        tensors = self._import(ans, fds, [])
-        if len(tensors) != len(names):
-            raise wire.WireError("the runner's state names and tensors do not match")
-        return list(zip(names, tensors))
+        out: list = []
+        while True:                  # a page at a time: a ResNet's state does not fit one answer
+            ans, fds = self.runner.request_fds({"op": "torch_state", "model": key, "start": len(out)})
+            names = ans.get("names")
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                raise wire.WireError("the runner's state names are not a list of strings")
+            tensors = self._import(ans, fds, [])
+            if len(tensors) != len(names):
+                raise wire.WireError("the runner's state names and tensors do not match")
+            out += zip(names, tensors)
+            if not names or not ans.get("more") or len(out) > MAX_STATE:
+                return out
 
     def set_state(self, model: RemoteModel, state: dict) -> None:
         """Copy the judge's tensors into the candidate model's state of the same names."""
