@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import time
 
+from kfray.tasks.suite_spec import SUITE_SEED
+
 PROBE_HOLD_S = 0.5
 PROBE_WAIT_S = 0.005
 CONTRACT = ("launch all work on the current stream (at::cuda::getCurrentCUDAStream()), or order other "
@@ -35,13 +37,13 @@ def _stream_hold():
     return _HOLD[0]
 
 
-def probe_calls(case, model, xs) -> tuple[list | None, list | None]:
+def probe_calls(case, model, xs, seed: int = SUITE_SEED) -> tuple[list | None, list | None]:
     """The kernel's result unhurried, then with the current stream held and its floating inputs
     restored behind the hold; (None, None) when the probe cannot tell. Runs where the candidate
     runs (its runner, or the judge on the in-process path)."""
     import torch
 
-    from kfray.eval.suite.common import outputs, tensors
+    from kfray.eval.suite.common import outputs, set_seed, tensors
 
     hold = _stream_hold()
     if hold is None:
@@ -49,6 +51,9 @@ def probe_calls(case, model, xs) -> tuple[list | None, list | None]:
     import cupy as cp
 
     with torch.no_grad():
+        # Both calls draw the same random numbers (a kernel with dropout in training mode gives
+        # each unseeded call its own result, which is no sign of another stream).
+        set_seed(seed)
         first = [o.clone() for o in outputs(case.call_new(model, xs), "the kernel")]
         torch.cuda.synchronize()
         floats = [x for x in tensors(xs) if x.is_floating_point()]
@@ -59,6 +64,7 @@ def probe_calls(case, model, xs) -> tuple[list | None, list | None]:
             x.fill_(float("nan"))
         torch.cuda.synchronize()
         stream = torch.cuda.current_stream()
+        set_seed(seed)                 # before the hold: nothing in it may wait for the device
         hold.arm(cp.cuda.ExternalStream(stream.cuda_stream), PROBE_HOLD_S)
         try:
             for x, s in zip(floats, saved):
