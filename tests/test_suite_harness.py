@@ -61,6 +61,32 @@ def test_the_suites_trial_seeds_are_drawn_after_manual_seed_42():
     assert suite_seeds(5) == want and len(set(want)) == 5
 
 
+def test_comparisons_piece_by_piece_say_what_whole_tensor_ones_say(monkeypatch):
+    """Full-size outputs are compared in pieces (bounded temporaries); the verdict, the count of
+    bad elements, the first bad index and the largest difference are those of the whole tensors."""
+    import torch
+
+    from kfray.eval.suite import common
+
+    torch.manual_seed(0)
+    want = torch.randn(5, 19)
+    got = want.clone()
+    got.view(-1)[37] += 1.0
+    got.view(-1)[80] = float("nan")
+    whole = common.allclose_reason(want, got, 1e-4, 1e-4, "output 0")
+    monkeypatch.setattr(common, "CHUNK_ELEMS", 10)
+    assert common.allclose_reason(want, got, 1e-4, 1e-4, "output 0") == whole
+    assert "2 of 95 elements" in whole and "first at flat index 37" in whole
+    assert common.max_diff(want, got) == float("inf")
+    got.view(-1)[80] = want.view(-1)[80]
+    assert abs(common.max_diff(want, got) - 1.0) < 1e-6
+    assert common.allclose_reason(want, want.clone(), 1e-4, 1e-4, "output 0") is None
+    late = want.clone()
+    late.view(-1)[94] += 1e-3                       # in the last piece only
+    assert common.changed([late], [want], ["input 0"]) == "input 0"
+    assert common.changed([want.clone()], [want], ["input 0"]) is None
+
+
 def test_a_modelnew_file_gets_kernelbenchs_verdict_and_both_figures(tmp_path, cache):
     res, backend = _verify(RELU, _modelnew(tmp_path, "right"), cache)
     assert backend == "torch_ext_cpu"
