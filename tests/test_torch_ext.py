@@ -8,6 +8,7 @@ one compile cache, the two CPU kernels in parallel."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -173,10 +174,9 @@ def tasks(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def cache_env(tmp_path_factory):
-    """One compile cache for the module (KFRAY_CACHE, so `kfray verify` finds the builds too); no PCH."""
+    """One compile cache for the module (KFRAY_CACHE, so `kfray verify` finds the builds too)."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("KFRAY_CACHE", str(tmp_path_factory.mktemp("torch_ext_cache")))
-        mp.setenv("KFRAY_TORCH_PCH", "0")
         yield
 
 
@@ -287,6 +287,22 @@ def test_cpp_extension_is_correct_and_timed_against_eager_pytorch(tasks, builds,
     assert r.facts["compile_cached"] and r.facts["form"] == "suite" and r.facts["suite"]["name"] == "KernelBench"
     # one output element at a time loses to eager PyTorch's BLAS linear layer
     assert r.times["default"] > 0 and r.ref_times["default"] > 0 and 0 < r.speedup < 1, (r.times, r.ref_times)
+
+
+@needs_gxx
+def test_builds_share_one_precompiled_torch_header_across_caches(tasks, builds, tmp_path, monkeypatch):
+    """torch/extension.h is parsed once per flag set, not once per build or per compile cache: both
+    module builds used it, and a build into another cache reuses it (no second .gch)."""
+    pch = Path(os.environ["KFRAY_PCH_DIR"])
+    made = sorted(pch.glob("*/*.gch"))
+    assert all(b.facts.get("pch") for b in builds.values()), {k: b.facts for k, b in builds.items()}
+    assert len(made) == 1, made
+    stamp = made[0].stat().st_mtime_ns
+    monkeypatch.setenv("KFRAY_CACHE", str(tmp_path / "other_cache"))
+    b = get_backend("torch_ext_cpu", EvalConfig()).compile(LINEAR_RELU_CPP.replace("forward(", "forward (", 1), {},
+                                                           load_task(tasks["kb"]))
+    assert b.facts.get("pch") and not b.cached
+    assert sorted(pch.glob("*/*.gch")) == made and made[0].stat().st_mtime_ns == stamp
 
 
 @needs_gxx
