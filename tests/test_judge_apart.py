@@ -452,19 +452,26 @@ def test_a_model_with_hundreds_of_parameters_is_seen_whole_from_the_judge(tmp_pa
         spawner.close()
 
 
-def test_a_reference_that_draws_random_numbers_passes_as_its_own_kernel(tmp_path, suite_cache):
-    """Dropout in training mode (KernelBench level2/66): each side's call starts from the trial's
-    seed, so the reference's copy, run in its runner, draws the same mask as the reference."""
+def dropout_problem(tmp_path: Path, rows: int, n: int, p: float) -> tuple[str, Path]:
+    """KernelBench's level2/66 in small (dropout in training mode), and its reference as a ModelNew:
+    (task ref, kernel file)."""
     d = tmp_path / "kb" / "level2"
-    d.mkdir(parents=True)
-    p = d / "66_Matmul_Dropout_Softmax.py"
-    p.write_text("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+    d.mkdir(parents=True, exist_ok=True)
+    f = d / "66_Matmul_Dropout_Softmax.py"
+    f.write_text("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
                  "    def __init__(self, n, p):\n        super().__init__()\n        self.lin = nn.Linear(n, n)\n"
                  "        self.drop = nn.Dropout(p)\n\n    def forward(self, x):\n"
                  "        return torch.softmax(self.drop(self.lin(x)) * 8.0, dim=1)\n\n\n"
-                 "def get_inputs():\n    return [torch.rand(64, 256)]\n\n\n"
-                 "def get_init_inputs():\n    return [256, 0.5]\n")
+                 f"def get_inputs():\n    return [torch.rand({rows}, {n})]\n\n\n"
+                 f"def get_init_inputs():\n    return [{n}, {p}]\n")
     k = tmp_path / "drop_new.py"
-    k.write_text(p.read_text().replace("class Model(", "class ModelNew("))
-    r = _verify(f"kernelbench:{p}", k, suite_cache)
+    k.write_text(f.read_text().replace("class Model(", "class ModelNew("))
+    return f"kernelbench:{f}", k
+
+
+def test_a_reference_that_draws_random_numbers_passes_as_its_own_kernel(tmp_path, suite_cache):
+    """Dropout in training mode (KernelBench level2/66): each side's call starts from the trial's
+    seed, so the reference's copy, run in its runner, draws the same mask as the reference."""
+    task, k = dropout_problem(tmp_path, rows=64, n=256, p=0.5)
+    r = _verify(task, k, suite_cache)
     assert r.tier == 5, r.reason

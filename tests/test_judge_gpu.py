@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="PyTorch sees no GPU")]
 
-from test_judge_apart import CLOCK_PATCH, MEMO, MEMO_BODY, SLOW_RELU, modelnew  # noqa: E402
+from test_judge_apart import CLOCK_PATCH, MEMO, MEMO_BODY, SLOW_RELU, dropout_problem, modelnew  # noqa: E402
 
 PROBLEMS = {
     "relu": ("torch.relu(x)", "def get_inputs():\n    return [torch.randn(32768, 32768)]\n", "x"),
@@ -133,18 +133,8 @@ def test_the_judges_memory_does_not_grow_from_trial_to_trial(tmp_path):
 def test_a_reference_with_dropout_passes_the_stream_probe_as_its_own_kernel(tmp_path):
     """Dropout in training mode (level2/66): the probe's two calls draw one mask, so the reference's
     copy is not taken for work off the stream."""
-    d = tmp_path / "kb" / "level2"
-    d.mkdir(parents=True)
-    p = d / "66_Matmul_Dropout_Softmax.py"
-    p.write_text("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
-                 "    def __init__(self, n, p):\n        super().__init__()\n        self.lin = nn.Linear(n, n)\n"
-                 "        self.drop = nn.Dropout(p)\n\n    def forward(self, x):\n"
-                 "        return torch.softmax(self.drop(self.lin(x)) * 8.0, dim=1)\n\n\n"
-                 "def get_inputs():\n    return [torch.rand(128, 4096)]\n\n\n"
-                 "def get_init_inputs():\n    return [4096, 0.2]\n")
-    k = tmp_path / "drop_new.py"
-    k.write_text(p.read_text().replace("class Model(", "class ModelNew("))
-    r = _verify(f"kernelbench:{p}", k, tmp_path / "cache")
+    task, k = dropout_problem(tmp_path, rows=128, n=4096, p=0.2)
+    r = _verify(task, k, tmp_path / "cache")
     assert r.tier == 5, r.reason
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import os
 import re
 import sysconfig
-import threading
 import time
 from functools import lru_cache
 from pathlib import Path
@@ -105,8 +104,9 @@ PCH_TIMEOUT_S = 600.0
 
 
 def _build_pch(cc: str, common: list[str], header: Path, gch: Path, timeout: float) -> bool:
-    """torch/extension.h precompiled to `gch`, under a file lock: the evaluators of one machine that
-    ask at once wait for one build (about a minute on 2 cores, 0.8 GB) instead of each making it."""
+    """torch/extension.h precompiled to `gch`, under a file lock: the evaluators and threads of one
+    machine that ask at once wait for one build (about a minute on 2 cores, 0.8 GB) instead of each
+    making it."""
     import fcntl
 
     try:
@@ -139,7 +139,6 @@ class TorchExtCpuBackend(Backend):
     def __init__(self, cfg):
         super().__init__(cfg)
         self.cache = CompileCache(cfg.cache_dir or None, cfg.cache_server, cfg.isolation)
-        self._pch_lock = threading.Lock()
         self._modules: dict[str, Any] = {}
 
     # --- host side ---------------------------------------------------------------------------
@@ -251,9 +250,8 @@ class TorchExtCpuBackend(Backend):
         folder = Path(os.environ.get("KFRAY_PCH_DIR") or self.cache.root / "pch") / key
         header = folder / PCH_HEADER
         gch = folder / (PCH_HEADER + ".gch")
-        with self._pch_lock:
-            if not gch.exists() and not _build_pch(cc, common, header, gch, max(timeout, PCH_TIMEOUT_S)):
-                return []
+        if not gch.exists() and not _build_pch(cc, common, header, gch, max(timeout, PCH_TIMEOUT_S)):
+            return []
         return [f"-I{folder}", "-include", PCH_HEADER]
 
     # --- sandbox side ------------------------------------------------------------------------

@@ -67,13 +67,12 @@ def run_suite_job(backend, kernel: Any, task, job: dict) -> dict:
     judge = None
     try:
         from kfray.eval.suite.remote_case import RemoteKernel
-        if isinstance(kernel, RemoteKernel):   # the candidate side in its runner, the reference here
-            cases = kernel.cases(runner_for(spec, None, task).cases())
+        remote = kernel if isinstance(kernel, RemoteKernel) else None
+        if remote is not None:                 # the candidate side in its runner, the reference here
+            cases = remote.cases(runner_for(spec, None, task).cases())
         else:
             cases = runner_for(spec, kernel, task).cases()
-        judge = Judge(backend, spec, rng)
-        if isinstance(kernel, RemoteKernel):
-            judge.memory.remote = kernel
+        judge = Judge(backend, spec, rng, remote)
         judge.memory.settle("start")          # what an earlier candidate left in this judge's cache
         size_limits(judge, cases, kernel, job)
         judge.memory.settle("reference timed once")

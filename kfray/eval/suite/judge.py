@@ -88,12 +88,12 @@ def call_kernel(fn: Callable, *args):
 class Judge:
     """The suite's trials for every configuration, then kfray's own checks."""
 
-    def __init__(self, backend, spec: SuiteSpec, rng: np.random.Generator):
+    def __init__(self, backend, spec: SuiteSpec, rng: np.random.Generator, remote=None):
         self.backend, self.spec, self.rng = backend, spec, rng
         self.device = backend.device
         self.max_diff = 0.0
         self.flags: list[str] = []                  # timing the judge's clock cannot account for
-        self.memory = DeviceMemory(self.device)
+        self.memory = DeviceMemory(self.device, remote)   # remote: the candidate's runner side, if any
 
 
     def sync(self) -> None:
