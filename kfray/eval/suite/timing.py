@@ -36,7 +36,9 @@ class Clock:
             del dummy
 
     def samples(self, call: Callable[[], Any], warmup: int, trials: int, before: Callable[[], Any] | None = None,
-                budget_s: float = 0.0) -> list[float]:
+                budget_s: float = 0.0, settle_flush: bool = False) -> list[float]:
+        """With settle_flush the flush is waited for before the call: the call runs in another
+        process (the candidate's runner), which flushes again on its own stream."""
         t0 = time.perf_counter()
         self.warmed = 0
         for _ in range(warmup):
@@ -54,6 +56,8 @@ class Clock:
                 before()
             self.backend.synchronize()
             self.flush()
+            if settle_flush and self.flush_l2:
+                self.backend.synchronize()
             out.append(self.backend.time_call(call))
             if budget_s and len(out) >= 5 and time.perf_counter() - start > budget_s:
                 break                     # a slow problem: enough samples for a mean
@@ -122,9 +126,9 @@ def time_case(judge: Judge, clock: Clock, case: Case, seed: int, side: str, warm
             if remote is None:
                 ts = clock.samples(call, warmup, trials, None, budget_s)
             else:                 # the candidate's own times, held against the judge's clock
-                log = remote.start_timing(trials)
+                log = remote.start_timing(trials, L2_FLUSH_BYTES if clock.flush_l2 else 0)
                 try:
-                    ts = clock.samples(call, warmup, trials, None, budget_s)
+                    ts = clock.samples(call, warmup, trials, None, budget_s, settle_flush=True)
                     if last[0] is not None and remote.check is not None:   # the last call's, on its own set
                         remote.check(remote.last_idx, list(last[0]))
                 finally:
