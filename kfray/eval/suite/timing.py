@@ -150,7 +150,7 @@ def time_case(judge: Judge, clock: Clock, case: Case, seed: int, side: str, warm
                 last[0] = None
                 del refs
                 pairs = log[-len(ts):]
-                why = clock_check(pairs, remote.runner.round_trip, remote.overhead)
+                why = clock_check(pairs, remote.runner.quiet_round_trip(), remote.overhead)
                 if why:
                     judge.flags.append(f"configuration {case.name}: {why}")
                 ts = [c for _, c in pairs]
