@@ -3,6 +3,7 @@ with an L2 flush per trial), kfray's medians beside it, a torch.compile column o
 timed runs' results checked."""
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any, Callable
 
@@ -13,6 +14,7 @@ from kfray.eval.suite.common import (KB_PERF_TRIALS, KB_WARMUP, KERNELBENCH, L2_
                                      RKB_WARMUP, SUITE_NAMES, SUITE_SEED, Verdict, allclose_reason, gradients,
                                      making, outputs, set_seed, tensors, to_device, to_module)
 from kfray.eval.defences import clock_check
+from kfray.eval.remote import paused
 from kfray.eval.suite.judge import Judge
 
 ROTATION_MAX_BYTES = 4 << 30      # inputs up to this size get a second set for the timed calls to alternate
@@ -103,14 +105,15 @@ def time_case(judge: Judge, clock: Clock, case: Case, seed: int, side: str, warm
         steady = len(again) == len(refs[0]) and not any(
             allclose_reason(w, g, sp.rtol, sp.atol, "output") for w, g in zip(refs[0], again))
         remote.check = (lambda idx, outs: judge.check_timed_call(case.name, idx, refs[idx], outs)) if steady else None
-    # The candidate's every call waits on the wire and wakes its process; the reference's calls
-    # wait on the same round trip (a ping), so that neither side's timing has idle gaps the
-    # other lacks: on the H200 a 2 ms idle before each call slowed a 54 us KernelBench problem to
-    # 80 us, and the references of small robust-kbench tasks measured 0.46-0.74x against themselves.
-    gap = None
+    # The candidate's every call waits on the wire; the reference's calls wait as long (the wire's
+    # round trip, measured before the candidate loaded), so that neither side's timing has idle
+    # gaps the other lacks: on the H200 a 2 ms idle before each call slowed a 54 us KernelBench
+    # problem to 80 us. Meanwhile the candidate's processes are stopped (kfray.eval.remote.paused).
+    gap, hold = None, contextlib.nullcontext()
     if side == "ref" and case.remote is not None:
-        runner = case.remote.runner
-        gap = lambda: runner.request({"op": "ping"}, timeout=30)   # noqa: E731
+        wait = case.remote.runner.round_trip[0]
+        gap = lambda: time.sleep(wait)   # noqa: E731
+        hold = paused(case.remote)
     call_side = case.call_new if side == "new" else case.call_ref
     if compiled:
         call_side = compiled_reference(case, sp)
@@ -129,7 +132,8 @@ def time_case(judge: Judge, clock: Clock, case: Case, seed: int, side: str, warm
         def call():
             state["out"].backward(state["g"])
 
-        ts = clock.samples(call, warmup, trials, before, budget_s, gap=gap)
+        with hold:
+            ts = clock.samples(call, warmup, trials, before, budget_s, gap=gap)
         last[0] = gradients(model, xs)
     else:
         def call():
@@ -138,7 +142,8 @@ def time_case(judge: Judge, clock: Clock, case: Case, seed: int, side: str, warm
 
         with torch.no_grad():
             if remote is None:
-                ts = clock.samples(call, warmup, trials, None, budget_s, gap=gap)
+                with hold:
+                    ts = clock.samples(call, warmup, trials, None, budget_s, gap=gap)
             else:                 # the candidate's own times, held against the judge's clock
                 log = remote.start_timing(trials, L2_FLUSH_BYTES if clock.flush_l2 else 0)
                 try:
