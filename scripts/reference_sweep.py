@@ -151,7 +151,7 @@ def run_level(queue, jobs: list, name: str, quiet: bool, ahead: bool) -> tuple[l
             if not quiet:
                 print(f"  {name} {r['problem'][:56]:56s} {'correct' if r['correct'] else 'FAILED ':7s} "
                       f"verdict {r['verdict_s']:6.1f} s  {r['suite_speedup'] or 0:5.2f}x  "
-                      f"{'' if r['correct'] else r['reason'][:100]}", flush=True)
+                      f"{'' if r['correct'] else r['reason'].splitlines()[0][:400] if r['reason'] else ''}", flush=True)
     return rows, time.perf_counter() - t0
 
 
