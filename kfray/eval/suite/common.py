@@ -33,6 +33,13 @@ def suite_seeds(trials: int) -> list[int]:
 _SEED: list[int | None] = [None]
 
 
+def flush_l2(nbytes: int = L2_FLUSH_BYTES) -> None:
+    """KernelBench's clear_l2_cache: a write of nbytes on the current CUDA stream, queued, not waited for."""
+    import torch
+
+    torch.empty(nbytes // 8, dtype=torch.int64, device="cuda").fill_(42)
+
+
 def set_seed(seed: int) -> None:
     import torch
 

@@ -166,6 +166,8 @@ class RemoteKernel:
 
         import torch
 
+        from kfray.eval.suite.common import flush_l2
+
         slots = [torch.empty_like(o.detach()) for o in outs]
         shared = self.share(slots)
         self.slots = (shared.key, shared)
@@ -175,7 +177,7 @@ class RemoteKernel:
             t0 = time.perf_counter()
             copies = [x.clone() for x in xs if isinstance(x, torch.Tensor)]
             if self.flush_bytes:
-                torch.empty(self.flush_bytes // 8, dtype=torch.int64, device="cuda").fill_(42)
+                flush_l2(self.flush_bytes)
             for s, o in zip(shared, outs):
                 s.copy_(o.detach())
             self._sync()
@@ -310,7 +312,7 @@ class RemoteKernel:
         log of (judge's seconds, claimed seconds) per call, emptied. With flush_bytes the runner
         writes that many bytes before each timed call on its own stream, as KernelBench does in its
         process (the judge's flush, in another CUDA context, left the candidate's launches no head
-        start and its first kernel behind a context switch: ~1 % slower, launch-bound CNNs 10-18 %)."""
+        start: 12_Matmul_with_diagonal_matrices measured 0.68x against itself on the H200)."""
         self.timing, self.slots, self.overhead, self.calls = True, None, 0.0, 0
         self.flush_bytes = int(flush_bytes)
         self.sample_p = min(1.0, SAMPLED_CALLS / max(1, trials))

@@ -11,8 +11,8 @@ import numpy as np
 
 from kfray.candidate import TIER_WRONG_VALUES
 from kfray.eval.suite.common import (KB_PERF_TRIALS, KB_WARMUP, KERNELBENCH, L2_FLUSH_BYTES, RKB, RKB_PERF_TRIALS,
-                                     RKB_WARMUP, SUITE_NAMES, SUITE_SEED, Verdict, allclose_reason, gradients,
-                                     making, outputs, set_seed, tensors, to_device, to_module)
+                                     RKB_WARMUP, SUITE_NAMES, SUITE_SEED, Verdict, allclose_reason, flush_l2,
+                                     gradients, making, outputs, set_seed, tensors, to_device, to_module)
 from kfray.eval.defences import clock_check
 from kfray.eval.remote import paused
 from kfray.eval.suite.judge import Judge
@@ -31,18 +31,14 @@ class Clock:
 
     def flush(self) -> None:
         if self.flush_l2:
-            import torch
-
-            dummy = torch.empty(L2_FLUSH_BYTES // 8, dtype=torch.int64, device="cuda")
-            dummy.fill_(42)
-            del dummy
+            flush_l2()
 
     def samples(self, call: Callable[[], Any], warmup: int, trials: int, before: Callable[[], Any] | None = None,
                 budget_s: float = 0.0, settle_flush: bool = False,
                 gap: Callable[[], Any] | None = None) -> list[float]:
         """With settle_flush the flush is waited for before the call: the call runs in another
         process (the candidate's runner), which flushes again on its own stream. `gap` runs before
-        every call: the reference's calls wait on a round trip to the runner as the candidate's do."""
+        every call: the reference's calls wait as long as the candidate's wait on the wire."""
         t0 = time.perf_counter()
         self.warmed = 0
         for _ in range(warmup):
