@@ -173,6 +173,20 @@ def test_a_kernel_that_patches_its_processs_clocks_is_flagged_by_the_judges_cloc
     assert claimed < 0.1 * seen, why
 
 
+def test_waits_for_a_cpu_are_not_taken_for_a_faked_clock_and_do_not_hide_one():
+    """Measured on 2 cores shared by two evaluators: an honest 1.2 ms matmul call seen as 3.2 ms
+    by the judge, the scheduler counting 2 ms of waiting for a CPU. Without those waits the judge
+    called it a patched clock; the waits must not excuse a claim far below the work either."""
+    from kfray.eval.defences import clock_check
+
+    wire = (110e-6, 150e-6)
+    honest = [(3.2e-3, 1.2e-3, 2.0e-3)] * 20
+    assert clock_check(honest, wire) is None
+    assert "outside clock" in clock_check([(o, c, 0.0) for o, c, _ in honest], wire)
+    faked = [(3.2e-3, 0.12e-3, 0.3e-3)] * 20          # a tenth of the call claimed, little waiting
+    assert "waits for a CPU 300.0 us" in clock_check(faked, wire)
+
+
 def test_nothing_a_kernel_leaves_behind_reaches_the_next_candidate(evaluator):
     marker = AXPB + "{\n" + BODY + '\n    setenv("KF_LEFT_BEHIND", "1", 1);\n    return 0;\n}'
     checker = AXPB + "{\n" + BODY + '\n    return getenv("KF_LEFT_BEHIND") ? 7 : 0;\n}'

@@ -43,7 +43,7 @@ def test_two_islands_two_evaluators_beat_the_seed(ray_local, tmp_path, tmp_cache
     # the first (luckiest) figure beside it, and an independent timing of the written file agrees.
     low, high = m["best_spread"]
     assert m["best_speedup_first"] > 0 and low <= m["best_speedup_vs_reference"] <= high
-    assert m["retimed"][m["best_candidate"]]["rounds"] == cfg.search.retime_rounds
+    assert m["retimed"][m["best_candidate"]]["rounds"] == cfg.search.retime_rounds, json.dumps(m["retimed"])
     from kfray.candidate import Candidate, EvalResult
     from kfray.config import EvalConfig
     from kfray.eval.evaluator import Evaluator

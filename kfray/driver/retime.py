@@ -31,12 +31,16 @@ def contenders(book, top: int) -> list[tuple[dict, dict]]:
     return out
 
 
-def summarize(first: float, speedups: list[float]) -> dict[str, Any]:
-    """A kernel's re-timed figure: median and range of the rounds that stayed correct."""
-    if not speedups:
-        return {"first": round(first, 4), "retimed": 0.0, "low": 0.0, "high": 0.0, "rounds": 0}
-    return {"first": round(first, 4), "retimed": round(statistics.median(speedups), 4),
-            "low": round(min(speedups), 4), "high": round(max(speedups), 4), "rounds": len(speedups)}
+def summarize(first: float, speedups: list[float], lost: list[str] = ()) -> dict[str, Any]:
+    """A kernel's re-timed figure: median and range of the rounds that stayed correct, and why
+    each other round counts for nothing (a user asks why a best was timed fewer times than set)."""
+    out: dict[str, Any] = {"first": round(first, 4), "retimed": 0.0, "low": 0.0, "high": 0.0, "rounds": 0}
+    if speedups:
+        out.update(retimed=round(statistics.median(speedups), 4), low=round(min(speedups), 4),
+                   high=round(max(speedups), 4), rounds=len(speedups))
+    if lost:
+        out["lost_rounds"] = list(lost)
+    return out
 
 
 def baseline(co, ref: str, label: str) -> tuple[dict, dict] | None:
@@ -75,17 +79,22 @@ def retime_bests(co) -> dict[str, dict[str, Any]]:
                 ev = hc.evaluators[k % len(hc.evaluators)]
                 jobs.append((ref, c, ev.evaluate.remote(c, ref, False, True)))
     got: dict[tuple[str, str], list[float]] = {}
+    lost: dict[tuple[str, str], list[str]] = {}
     for ref, c, fut in jobs:
+        key = (ref, c["id"])
         try:
             res = EvalResult.from_dict(ray.get(fut))
-        except ray.exceptions.RayError:
+        except ray.exceptions.RayError as e:
+            lost.setdefault(key, []).append(f"evaluator lost: {str(e).splitlines()[0][:200]}")
             continue
-        speeds = got.setdefault((ref, c["id"]), [])
         if res.speedup > 0:
-            speeds.append(res.speedup)
+            got.setdefault(key, []).append(res.speedup)
+        else:
+            lost.setdefault(key, []).append(f"tier {res.tier}: {res.reason[:300]}")
     out: dict[str, dict[str, Any]] = {}
     for ref, (top_k, seed) in fields.items():
-        figures = {c["id"]: summarize(EvalResult.from_dict(r).speedup, got.get((ref, c["id"]), []))
+        figures = {c["id"]: summarize(EvalResult.from_dict(r).speedup, got.get((ref, c["id"]), []),
+                                            lost.get((ref, c["id"]), []))
                    for c, r in timed[ref]}
         kernels = {c["id"]: figures[c["id"]] for c, _ in top_k}
         if kernels:

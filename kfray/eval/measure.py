@@ -109,7 +109,7 @@ def _run_job(backend, fn: Callable, task, job: dict, rng) -> dict:
             why = clock_check(pairs, fn.runner.quiet_round_trip())
             if why:
                 faked.append(f"shape {shape}: {why}")
-            ts = [c for _, c in pairs]
+            ts = [c for _, c, _ in pairs]
         if codes:
             return _fail(TIER_RUNTIME_ERROR, f"kf_forward returned {codes[0]} during the timed runs on shape {shape}",
                          stages)

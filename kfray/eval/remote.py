@@ -4,7 +4,8 @@ clock around each one, and the kf_forward kernel as a callable that runs in the 
 Every answer is untrusted: it is parsed as JSON, held to a schema and bounds, and a runner that
 hangs past its deadline, dies or answers out of form is killed, and the candidate charged one
 evaluation with the reason. A call's claimed seconds are kept beside the judge's own measure of
-the same request (`log`), for kfray.eval.defences.clock_check.
+the same request (`log`), for kfray.eval.defences.clock_check, with the time the OS scheduler
+says the judge and the runner's request thread stood waiting for a CPU during it (`run_queue_wait`).
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ class RemoteRunner:
         self.deadline_s = deadline_s
         self.known: set[int] = set()        # buffer ids this runner has mapped
         self.round_trip = (0.0, 0.0)        # median and 90th percentile of an empty request, seconds
-        self.log: list[tuple[float, float]] = []    # (judge's seconds, claimed seconds) per call
+        self.log: list[tuple[float, float, float]] = []  # (judge's seconds, claimed, run-queue wait) per call
         self.calibrate()
 
     def request(self, obj: dict, fds=(), timeout: float | None = None) -> dict:
@@ -138,10 +139,11 @@ class RemoteRunner:
     def timed(self, obj: dict, timeout: float | None = None) -> tuple[dict, list[int]]:
         """A call request with the judge's clock around it, logged beside the time it claims:
         (answer, the descriptors that came with it)."""
+        w0 = run_queue_wait(self.pid)
         t0 = time.perf_counter()
         ans, fds = self.request_fds(obj, timeout=timeout)
         outside = time.perf_counter() - t0
-        self.log.append((outside, claimed(ans)))
+        self.log.append((outside, claimed(ans), max(0.0, run_queue_wait(self.pid) - w0)))
         return ans, fds
 
     def close(self) -> None:
@@ -152,6 +154,22 @@ class RemoteRunner:
             os.kill(self.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def _waited(path: str) -> float:
+    try:
+        with open(path) as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def run_queue_wait(runner_pid: int) -> float:
+    """Seconds the judge's thread and the runner's request thread (its main one) have stood
+    runnable but off a CPU (/proc schedstat; 0 where the kernel keeps none). On a busy host, a
+    request waits that long on top of the wire; it is the kernel's count, which the candidate can
+    raise only by making its own request thread wait, which also shows in the judge's clock."""
+    return _waited("/proc/thread-self/schedstat") + _waited(f"/proc/{runner_pid}/task/{runner_pid}/schedstat")
 
 
 class RemoteKernel:
@@ -190,7 +208,8 @@ def claimed(ans: dict) -> float:
 
 
 def claimed_times(fn) -> list | None:
-    """The (judge's, claimed) seconds log of a kernel that runs in a runner, emptied; else None."""
+    """The (judge's, claimed, run-queue wait) seconds log of a kernel that runs in a runner,
+    emptied; else None."""
     runner = getattr(fn, "runner", None)
     if runner is None:
         return None

@@ -154,7 +154,7 @@ def time_case(judge: Judge, clock: Clock, case: Case, seed: int, side: str, warm
                 why = clock_check(pairs, remote.runner.quiet_round_trip(), remote.overhead)
                 if why:
                     judge.flags.append(f"configuration {case.name}: {why}")
-                ts = [c for _, c in pairs]
+                ts = [c for _, c, _ in pairs]
     return ts, (model, xs, last[0])
 
 
