@@ -185,6 +185,8 @@ def evaluator_options(backend_name: str, cfg: EvalConfig) -> dict[str, Any]:
         opts["max_concurrency"] = cfg.compile_workers + 1
         if cfg.accelerator_type:   # e.g. H200: Ray advertises accelerator_type:H200 on such nodes
             resources[f"accelerator_type:{cfg.accelerator_type}"] = 0.001
+    elif backend_name == "cpu":    # the next candidate builds (niced) while this one is judged
+        opts["max_concurrency"] = 2
     elif backend_name == "sycl":   # one device: compile ahead in threads, the sandbox run holds the lock
         from kfray.eval.backends.sycl.runtime import evaluator_resources
         opts["max_concurrency"] = cfg.compile_workers + 1
