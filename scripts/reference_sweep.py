@@ -97,6 +97,21 @@ def plan_levels(kb_root: str | None, rkb_root: str | None, levels: list[int], wa
     return out
 
 
+def skip_correct(planned: dict, files: list[str]) -> int:
+    """Drop from the plan the problems an earlier output judged correct; how many were dropped."""
+    done = set()
+    for f in files:
+        for r in json.loads(Path(f).read_text()).get("problems", []):
+            if r.get("correct"):
+                done.add((r["level"], r["problem"]))
+    n = 0
+    for name, p in planned.items():
+        keep = [j for j in p["jobs"] if (name, problem_name(j[0])) not in done]
+        n += len(p["jobs"]) - len(keep)
+        p["jobs"] = keep
+    return n
+
+
 def start_pool(cfg, address: str, backend_set: bool, evaluators_set: bool):
     """Ray (a cluster, or a local instance), the backend a sweep would pick, its evaluators."""
     import ray
@@ -123,11 +138,12 @@ def start_pool(cfg, address: str, backend_set: bool, evaluators_set: bool):
     return evs, EvalQueue(evs, depth), infos, owned
 
 
-def run_level(queue, jobs: list, name: str, quiet: bool, ahead: bool) -> tuple[list[dict], float]:
+def run_level(queue, jobs: list, name: str, quiet: bool, ahead: bool, on_row=None) -> tuple[list[dict], float]:
     """Every job of one level through the pool; (rows, wall seconds). A problem's time to verdict
     is measured here, from when its evaluator could start it (its build done, and the evaluator's
     previous evaluation finished: one at a time holds the device) to its result. `ahead`: the
-    evaluators build while another evaluation runs (GPU backends), else one job at a time."""
+    evaluators build while another evaluation runs (GPU backends), else one job at a time. `on_row`
+    is called with the rows so far after each one (a run cut short keeps what it judged)."""
     t0 = time.perf_counter()
     by_id, dispatched, last_done = {}, {}, {}
     for ref, seed, source in jobs:
@@ -148,6 +164,8 @@ def run_level(queue, jobs: list, name: str, quiet: bool, ahead: bool) -> tuple[l
             r["verdict_s"] = max(0.0, done - start)
             last_done[res.evaluator] = done
             rows.append(r)
+            if on_row:
+                on_row(rows, time.perf_counter() - t0)
             if not quiet:
                 print(f"  {name} {r['problem'][:56]:56s} {'correct' if r['correct'] else 'FAILED ':7s} "
                       f"verdict {r['verdict_s']:6.1f} s  {r['suite_speedup'] or 0:5.2f}x  "
@@ -232,6 +250,9 @@ def main(argv: list[str] | None = None) -> int:
                     "e.g. eval.evaluators=4 or eval.timeout_s=60")
     ap.add_argument("--out", help="JSON to write (default scripts/results/reference_sweep_<gpu>.json)")
     ap.add_argument("--quiet", action="store_true", help="no line per problem")
+    ap.add_argument("--skip-correct", metavar="JSON", action="append", default=[],
+                    help="leave out the problems this earlier output judged correct (repeatable): a sweep "
+                         "continued across calls")
     args = ap.parse_args(argv)
     if not args.kernelbench and not args.rkb:
         ap.error("give --kernelbench ROOT, --rkb ROOT, or both")
@@ -243,20 +264,26 @@ def main(argv: list[str] | None = None) -> int:
     levels = [int(x) for x in args.levels.split(",") if x.strip()]
     t0 = time.perf_counter()
     planned = plan_levels(args.kernelbench, args.rkb, levels, args.tasks)
+    skipped = skip_correct(planned, args.skip_correct)
     plan_s = time.perf_counter() - t0
     evs, queue, infos, owned = start_pool(cfg, args.address, "eval.backend" in sets, "eval.evaluators" in sets)
     import ray
 
     print(f"reference sweep: {sum(len(p['jobs']) for p in planned.values())} problems on {len(evs)} "
-          f"{cfg.eval.backend} evaluator(s) ({infos[0]['hardware'] if infos else '?'}); planned in {plan_s:.0f} s",
-          flush=True)
+          f"{cfg.eval.backend} evaluator(s) ({infos[0]['hardware'] if infos else '?'}); planned in {plan_s:.0f} s"
+          + (f"; {skipped} judged correct before, left out" if skipped else ""), flush=True)
     out = {"gpu": gpu_slug(infos, cfg.eval.backend), "backend": cfg.eval.backend, "evaluators": len(evs),
            "hardware": sorted({i.get("hardware", "") for i in infos}), "timeout_s": cfg.eval.timeout_s,
            "torch_compile": cfg.eval.torch_compile, "plan_s": round(plan_s, 3), "levels": {}, "problems": []}
     path = Path(args.out) if args.out else ROOT / "scripts" / "results" / f"reference_sweep_{out['gpu']}.json"
     try:
         for name, p in planned.items():
-            rows, wall = run_level(queue, p["jobs"], name, args.quiet, cfg.eval.backend in GPU_BACKENDS)
+            def so_far(rows, wall, name=name, p=p):
+                fig = level_figures(rows, p["failed"], wall)
+                fig.update({"no_reference": p["no_reference"], "not_loaded": p["not_loaded"], "partial": True})
+                write_out(path, {**out, "levels": {**out["levels"], name: fig}, "problems": out["problems"] + rows},
+                          t0, partial=True)
+            rows, wall = run_level(queue, p["jobs"], name, args.quiet, cfg.eval.backend in GPU_BACKENDS, so_far)
             fig = level_figures(rows, p["failed"], wall)
             fig.update({"no_reference": p["no_reference"], "not_loaded": p["not_loaded"]})
             out["levels"][name] = fig

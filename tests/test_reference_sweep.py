@@ -57,3 +57,11 @@ def test_reference_sweep_on_a_small_kernelbench_layout(ray_local, tmp_path, tmp_
     rows = {r["problem"]: r for r in data["problems"]}
     assert rows["1_Relu.py"]["kernel"] == "reference_module" and rows["1_Relu.py"]["verdict_s"] > 0
     assert "level3: 1 / 2 correct" in printed and "failed  2_Needs_missing_package.py" in printed
+    # continued in a second call: what was judged correct is left out, the rest runs again
+    again = tmp_path / "again.json"
+    rc = _script().main(["--kernelbench", str(tmp_path / "KernelBench"), "--levels", "1,3",
+                         "--out", str(again), "--skip-correct", str(out), "--set", "eval.evaluators=1"])
+    assert rc == 1
+    assert "2 judged correct before, left out" in capsys.readouterr().out
+    data = json.loads(again.read_text())
+    assert data["problems"] == [] and data["levels"]["level3"]["failed"].keys() == {"2_Needs_missing_package.py"}

@@ -14,7 +14,8 @@ from kfray.tasks.suite_spec import KERNELBENCH, RKB, SuiteSpec
 
 LANGUAGE = "suite"
 _MODELNEW_RE = re.compile(r"^class\s+ModelNew\b|^ModelNew\s*=", re.M)
-_EXTENSION_RE = re.compile(r'^\s*#\s*include\s*[<"]torch/extension\.h[>"]', re.M)
+_EXTENSION_RE = re.compile(r'^\s*#\s*include\s*[<"]torch/extension\.h[>"]|'
+                           r'^\s*PYBIND11_MODULE\s*\(\s*TORCH_EXTENSION_NAME\b', re.M)
 
 
 def is_modelnew(source: str) -> bool:
@@ -23,7 +24,9 @@ def is_modelnew(source: str) -> bool:
 
 
 def is_torch_extension(source: str) -> bool:
-    """True for a source in the PyTorch-extension form (it includes torch/extension.h)."""
+    """True for a source in the PyTorch-extension form: it includes torch/extension.h, or binds its
+    module under the name torch's extension builder gives it (TORCH_EXTENSION_NAME), as a file that
+    needs no more than pybind11 does."""
     return bool(_EXTENSION_RE.search(source))
 
 
@@ -86,13 +89,15 @@ def reference_extension(func_source: str) -> str:
     in the extension and called on each `forward`, so it is correct by construction and the suite's
     harness builds it like any other kernel. The baseline a search of that task starts from. Bound
     as the function itself, not behind a pybind11 wrapper: a wrapper's microsecond a call is a large
-    share of robust-kbench's smallest tasks (a ReLU of 16 x 16384 runs in a few microseconds)."""
+    share of robust-kbench's smallest tasks (a ReLU of 16 x 16384 runs in a few microseconds).
+    It includes pybind11 alone: torch/extension.h is most of a build, and this file uses none of
+    it (nvcc, 2 cores: 125 s with it, 18 s without; robust-kbench's `load` builds either)."""
     if f"){_PY_DELIM}" in func_source:
         raise ValueError(f"the task's source contains ){_PY_DELIM}, which ends the embedded string")
     return (
         "// The task's own forward_fn, run from inside a PyTorch extension: the reference operator in\n"
         "// robust-kbench's kernel form (bound as `forward`), the starting point for custom kernels.\n"
-        "#include <torch/extension.h>\n#include <pybind11/eval.h>\n\n"
+        "#include <pybind11/pybind11.h>\n#include <pybind11/eval.h>\n\n"
         "namespace py = pybind11;\n\n"
         f'static const char* kTaskSource = R"{_PY_DELIM}(\n{func_source}\n){_PY_DELIM}";\n\n'
         "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {\n"

@@ -34,16 +34,25 @@ class Clock:
             flush_l2()
 
     def samples(self, call: Callable[[], Any], warmup: int, trials: int, before: Callable[[], Any] | None = None,
-                budget_s: float = 0.0, settle_flush: bool = False,
-                gap: Callable[[], Any] | None = None) -> list[float]:
+                budget_s: float = 0.0, settle_flush: bool = False, pace: float = 0.0) -> list[float]:
         """With settle_flush the flush is waited for before the call: the call runs in another
-        process (the candidate's runner), which flushes again on its own stream. `gap` runs before
-        every call: the reference's calls wait as long as the candidate's wait on the wire."""
+        process (the candidate's runner), which flushes again on its own stream. With `pace`, each
+        call starts that many seconds after the last one began (sleeping the rest): the reference's
+        calls keep the candidate's cadence, whose every call waits on the wire. The cadence of
+        these calls (median start to start) is left in `period`."""
         t0 = time.perf_counter()
         self.warmed = 0
+        starts: list[float] = []
+
+        def keep_pace():
+            if pace and starts:
+                left = starts[-1] + pace - time.perf_counter()
+                if left > 0:
+                    time.sleep(left)
+            starts.append(time.perf_counter())
+
         for _ in range(warmup):
-            if gap:
-                gap()
+            keep_pace()
             if before:
                 before()
             call()
@@ -52,10 +61,10 @@ class Clock:
             if budget_s and time.perf_counter() - t0 > budget_s / 4:
                 break                     # a slow problem: warm, and the budget is for samples
         out: list[float] = []
+        starts.clear()
         start = time.perf_counter()
         for _ in range(trials):
-            if gap:
-                gap()
+            keep_pace()
             if before:
                 before()
             self.backend.synchronize()
@@ -65,12 +74,14 @@ class Clock:
             out.append(self.backend.time_call(call))
             if budget_s and len(out) >= 5 and time.perf_counter() - start > budget_s:
                 break                     # a slow problem: enough samples for a mean
+        self.period = float(np.median(np.diff(starts))) if len(starts) > 1 else 0.0
         return out
 
 
 def time_case(judge: Judge, clock: Clock, case: Case, seed: int, side: str, warmup: int, trials: int,
-               budget_s: float, compiled: bool = False) -> tuple[list[float], Any]:
-    """Samples of one side on one configuration, and its last result (to check)."""
+               budget_s: float, compiled: bool = False, pace: float = 0.0) -> tuple[list[float], Any]:
+    """Samples of one side on one configuration, and its last result (to check). `pace`: the
+    reference's calls start this many seconds apart (the candidate's measured cadence)."""
     import torch
 
     sp, dev = judge.spec, judge.device
@@ -101,15 +112,19 @@ def time_case(judge: Judge, clock: Clock, case: Case, seed: int, side: str, warm
         steady = len(again) == len(refs[0]) and not any(
             allclose_reason(w, g, sp.rtol, sp.atol, "output") for w, g in zip(refs[0], again))
         remote.check = (lambda idx, outs: judge.check_timed_call(case.name, idx, refs[idx], outs)) if steady else None
-    # The candidate's every call waits on the wire; the reference's calls wait as long (the wire's
-    # round trip, measured before the candidate loaded), so that neither side's timing has idle
-    # gaps the other lacks: on the H200 a 2 ms idle before each call slowed a 54 us KernelBench
-    # problem to 80 us. Meanwhile the candidate's processes are stopped (kfray.eval.remote.paused).
-    gap, hold = None, contextlib.nullcontext()
+    # The candidate's every call waits on the wire; the reference's calls keep its cadence (`pace`,
+    # the candidate's median start-to-start period, measured just before), so that neither side's
+    # timing has idle gaps the other lacks: on the H200 a 2 ms idle before each call slowed a 54 us
+    # KernelBench problem to 80 us. Meanwhile the candidate's processes are stopped
+    # (kfray.eval.remote.paused).
+    hold = contextlib.nullcontext()
     if side == "ref" and case.remote is not None:
-        wait = case.remote.runner.round_trip[0]
-        gap = lambda: time.sleep(wait)   # noqa: E731
+        if not pace:                      # no cadence measured: at least the wire's round trip
+            wait = case.remote.runner.round_trip[0]
+            pace = wait + 1e-9
         hold = paused(case.remote)
+    else:
+        pace = 0.0
     call_side = case.call_new if side == "new" else case.call_ref
     if compiled:
         call_side = compiled_reference(case, sp)
@@ -129,7 +144,7 @@ def time_case(judge: Judge, clock: Clock, case: Case, seed: int, side: str, warm
             state["out"].backward(state["g"])
 
         with hold:
-            ts = clock.samples(call, warmup, trials, before, budget_s, gap=gap)
+            ts = clock.samples(call, warmup, trials, before, budget_s, pace=pace)
         last[0] = gradients(model, xs)
     else:
         def call():
@@ -139,7 +154,7 @@ def time_case(judge: Judge, clock: Clock, case: Case, seed: int, side: str, warm
         with torch.no_grad():
             if remote is None:
                 with hold:
-                    ts = clock.samples(call, warmup, trials, None, budget_s, gap=gap)
+                    ts = clock.samples(call, warmup, trials, None, budget_s, pace=pace)
             else:                 # the candidate's own times, held against the judge's clock
                 log = remote.start_timing(trials, L2_FLUSH_BYTES if clock.flush_l2 else 0)
                 try:
@@ -205,11 +220,14 @@ def measure(backend, judge: Judge, cases: list[Case], job: dict) -> dict:
         ts_new, (m_new, xs_new, last_new) = time_case(judge, clock, case, seed, "new", warmup, trials, budget)
         del m_new, xs_new                  # the reference makes the same inputs again from the seed
         judge.memory.settle(f"{case.name}: kernel timed")
+        pace = clock.period if job.get("suite_ref_pace", True) else 0.0
+        period_new = clock.period
         if kb:        # one model pair for every trial: the same calls on both sides keep their state alike
             ts_ref, (m_ref, xs_ref, last_ref) = time_case(judge, clock, case, seed, "ref", clock.warmed, len(ts_new),
-                                                          0.0)
+                                                          0.0, pace=pace)
         else:
-            ts_ref, (m_ref, xs_ref, last_ref) = time_case(judge, clock, case, seed, "ref", warmup, trials, budget)
+            ts_ref, (m_ref, xs_ref, last_ref) = time_case(judge, clock, case, seed, "ref", warmup, trials, budget,
+                                                          pace=pace)
         check_timed(judge, case, last_new, last_ref, m_ref)
         del m_ref, xs_ref, last_new, last_ref
         judge.memory.settle(f"{case.name}: reference timed")
@@ -219,10 +237,11 @@ def measure(backend, judge: Judge, cases: list[Case], job: dict) -> dict:
         means_new.append(s_new["mean"])
         means_ref.append(s_ref["mean"])
         row = {"mean_ms": s_new["mean"] * 1e3, "ref_mean_ms": s_ref["mean"] * 1e3, "samples": s_new["samples"],
-               "median_ms": s_new["median"] * 1e3, "ref_median_ms": s_ref["median"] * 1e3}
+               "median_ms": s_new["median"] * 1e3, "ref_median_ms": s_ref["median"] * 1e3,
+               "period_ms": period_new * 1e3, "ref_period_ms": clock.period * 1e3}
         if job.get("torch_compile") and not cmp_note:
             try:
-                ts_c, _ = time_case(judge, clock, case, seed, "ref", warmup, trials, budget, compiled=True)
+                ts_c, _ = time_case(judge, clock, case, seed, "ref", warmup, trials, budget, compiled=True, pace=pace)
                 means_cmp.append(stats(ts_c)["mean"])
                 row["compile_mean_ms"] = means_cmp[-1] * 1e3
             except Exception as e:
