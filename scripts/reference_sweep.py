@@ -54,9 +54,13 @@ def reference_kernel(ref: str):
 
 
 def problem_name(ref: str) -> str:
+    """The problem's file or folder name; under a level folder (robust-kbench's
+    kernelbench/level_2/task_11) with the level, as two levels share their task names."""
     tail = ref.split(":", 1)[-1]
     path, _, direction = tail.partition("#")
-    return Path(path).name + (f"#{direction}" if direction else "")
+    p = Path(path)
+    name = f"{p.parent.name}/{p.name}" if re.fullmatch(r"level_?\d+", p.parent.name) and not p.suffix else p.name
+    return name + (f"#{direction}" if direction else "")
 
 
 def rkb_tasks_folder(root: Path) -> Path:
@@ -102,8 +106,8 @@ def skip_correct(planned: dict, files: list[str]) -> int:
     done = set()
     for f in files:
         for r in json.loads(Path(f).read_text()).get("problems", []):
-            if r.get("correct"):
-                done.add((r["level"], r["problem"]))
+            if r.get("correct"):        # named again from its ref: older files named rkb tasks without their level
+                done.add((r["level"], problem_name(r["ref"]) if r.get("ref") else r["problem"]))
     n = 0
     for name, p in planned.items():
         keep = [j for j in p["jobs"] if (name, problem_name(j[0])) not in done]

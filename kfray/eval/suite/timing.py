@@ -138,6 +138,10 @@ def time_case(judge: Judge, clock: Clock, case: Case, seed: int, side: str, warm
                 x.grad = None
             with torch.enable_grad():
                 state["out"] = call_side(model, xs)
+            # The same upstream gradient on every call and on both sides, however many calls each
+            # side made: the last timed calls' gradients are compared (check_timed). Drawn from the
+            # shared generator, two sides that timed unlike numbers of calls had different ones.
+            set_seed(seed)
             state["g"] = torch.randn_like(state["out"])
 
         def call():
