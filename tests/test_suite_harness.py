@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -319,3 +320,46 @@ def test_a_suite_task_has_time_for_each_of_its_configurations():
         assert ev._timeout(job, load_task("axpb")) == 30       # kfray's own task: one limit for all shapes
     finally:
         ev.shutdown()
+
+
+def test_timed_backward_calls_share_one_upstream_gradient_however_many_calls_a_side_makes(tmp_path):
+    """After the timed runs the two sides' last gradients are compared. A time budget cuts each side
+    at its own count of calls, so every call must backpropagate the same upstream gradient: a
+    gradient drawn from the shared generator after N calls differs from one after M."""
+    from kfray.config import EvalConfig
+    from kfray.eval.backends.torch_ext import TorchExtCpuBackend
+    from kfray.eval.suite.judge import Judge
+    from kfray.eval.suite.runners import RkbRunner
+    from kfray.eval.suite.timing import Clock, time_case
+    from kfray.tasks import load_task
+
+    spec = load_task(f"rkb:{RKB}#backward").suite
+    backend = TorchExtCpuBackend(EvalConfig(cache_dir=str(tmp_path)))
+    judge = Judge(backend, spec, np.random.default_rng(0))
+    case = RkbRunner(spec, None).cases()[0]
+    last = []
+    for warmup, trials in ((1, 2), (3, 7)):
+        _, (_, _, grads) = time_case(judge, Clock(backend, flush_l2=False), case, 1234, "ref", warmup, trials, 0.0)
+        last.append(grads)
+    assert last[0].keys() == last[1].keys() and len(last[0]) >= 2
+    for name in last[0]:
+        assert torch.equal(last[0][name], last[1][name]), name
+
+
+@needs_gxx
+def test_the_references_calls_keep_the_kernels_cadence(tmp_path, cache):
+    """Each candidate call waits on the wire to its runner, and clones and copies around it; a
+    reference timed back to back would idle less between calls (on the H200 that alone made a
+    few-microsecond task 0.5x against itself). With eval.suite_ref_pace (the default) each
+    reference call starts as long after the last as the candidate's did; off, it does not."""
+    from kfray.tasks import load_task
+    ref = f"rkb:{DATA / 'rkb_suite' / 'optional_arg'}"
+    k = tmp_path / "reference.cpp"
+    k.write_text(next(s.source for s in load_task(ref).seeds if s.name == "reference_function"))
+    ratios = {}
+    for pace in ("true", "false"):
+        res, _ = _verify(ref, k, cache, f"eval.suite_ref_pace={pace}")
+        assert res.correct, res.reason
+        ratios[pace] = [r["ref_period_ms"] / r["period_ms"] for r in res.facts["per_shape"].values()]
+    assert all(0.9 <= x <= 1.25 for x in ratios["true"]), ratios
+    assert min(ratios["false"]) < 0.9, ratios                       # the control: unpaced, it idles less
