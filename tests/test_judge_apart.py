@@ -173,6 +173,65 @@ def test_a_kernel_that_patches_its_processs_clocks_is_flagged_by_the_judges_cloc
     assert claimed < 0.1 * seen, why
 
 
+STARVER = """
+#include <atomic>
+#include <pthread.h>
+#include <sched.h>
+static std::atomic<int> kf_stop, kf_done;
+static const float* kx; static float* ky; static float ka, kb; static int64_t kn;
+static void* kf_spin(void*) { while (!kf_stop.load()) {} return nullptr; }
+static void* kf_work(void*) {
+    for (int r = 0; r < 40; ++r) for (int64_t i = 0; i < kn; ++i) ky[i] = ka * kx[i] + kb;
+    kf_done = 1; return nullptr;
+}
+"""
+
+
+def starving_clock_kernel(spinners: int = 30, slowed: float = 0.1) -> str:
+    """The clock patch of clock_kernel, and each call's work done by a thread of its own while
+    `spinners` busy threads pinned to the request thread's CPU keep that thread runnable but off the
+    CPU: the scheduler counts its wait, which the outside clock would put down to a busy host. Its
+    clock runs `slowed` as fast, about what the request thread's share of its CPU lets through."""
+    return clock_kernel().replace("* 0.01", f"* {slowed}").replace("extern \"C\" { int PyGILState", STARVER + "extern \"C\" { int PyGILState").replace(
+        "{\n" + BODY + "\n    static bool done", "{\n" + f"""
+    kx = x; ky = y; ka = a; kb = b; kn = n; kf_stop = 0; kf_done = 0;
+    cpu_set_t one; CPU_ZERO(&one); CPU_SET(sched_getcpu(), &one);
+    pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
+    pthread_attr_t pinned; pthread_attr_init(&pinned); pthread_attr_setaffinity_np(&pinned, sizeof(one), &one);
+    pthread_t spin[{spinners}], work;
+    for (int i = 0; i < {spinners}; ++i) pthread_create(&spin[i], &pinned, kf_spin, nullptr);
+    pthread_create(&work, nullptr, kf_work, nullptr);
+    while (!kf_done.load()) {{}}
+    kf_stop = 1;
+    for (int i = 0; i < {spinners}; ++i) pthread_join(spin[i], nullptr);
+    pthread_join(work, nullptr);
+    static bool done""")
+
+
+def test_a_kernel_that_keeps_its_own_request_thread_waiting_does_not_hide_a_patched_clock(evaluator):
+    src = starving_clock_kernel()
+    assert "kf_spin" in src and "PyRun_SimpleStringFlags" in src     # both parts of the hack are in it
+    r = _eval(evaluator, src)
+    assert r.tier == 5, r.reason
+    assert "outside clock" in r.facts.get("untrusted", ""), f"faked times were believed: {r.times} ({r.reason})"
+
+
+def test_control_the_waits_a_kernel_makes_itself_are_not_allowed_for():
+    """The same request seen by the scheduler: 5 ms outside, the request thread 4.5 ms runnable but
+    off its CPU, while the runner's other threads used 9 ms of CPU (the work and the spinners).
+    Taken as waits for a busy host, those 4.5 ms would pass a claim of 50 us."""
+    from kfray.eval.defences import clock_check
+    from kfray.eval.remote import waits_allowed
+
+    before, after = (0.0, 0.0, 0.0, 0.0), (0.0, 0.5e-3, 4.5e-3, 9.5e-3)
+    assert waits_allowed(before, after) == 0.0
+    honest = (0.0, 0.0, 0.0, 0.0), (0.4e-3, 1.2e-3, 1.6e-3, 1.25e-3)   # a busy host: others used 50 us
+    assert abs(waits_allowed(*honest) - 1.95e-3) < 1e-9
+    wire = (110e-6, 150e-6)
+    assert clock_check([(5e-3, 50e-6, 4.5e-3)] * 20, wire) is None          # what the hack relied on
+    assert "outside clock" in clock_check([(5e-3, 50e-6, waits_allowed(before, after))] * 20, wire)
+
+
 def test_waits_for_a_cpu_are_not_taken_for_a_faked_clock_and_do_not_hide_one():
     """Measured on 2 cores shared by two evaluators: an honest 1.2 ms matmul call seen as 3.2 ms
     by the judge, the scheduler counting 2 ms of waiting for a CPU. Without those waits the judge

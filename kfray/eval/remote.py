@@ -5,7 +5,8 @@ Every answer is untrusted: it is parsed as JSON, held to a schema and bounds, an
 hangs past its deadline, dies or answers out of form is killed, and the candidate charged one
 evaluation with the reason. A call's claimed seconds are kept beside the judge's own measure of
 the same request (`log`), for kfray.eval.defences.clock_check, with the time the OS scheduler
-says the judge and the runner's request thread stood waiting for a CPU during it (`run_queue_wait`).
+says the judge and the runner's request thread stood waiting for a CPU during it, less the CPU its
+other threads used meanwhile (`waits_allowed`).
 """
 from __future__ import annotations
 
@@ -139,11 +140,11 @@ class RemoteRunner:
     def timed(self, obj: dict, timeout: float | None = None) -> tuple[dict, list[int]]:
         """A call request with the judge's clock around it, logged beside the time it claims:
         (answer, the descriptors that came with it)."""
-        w0 = run_queue_wait(self.pid)
+        w0 = cpu_snapshot(self.pid)
         t0 = time.perf_counter()
         ans, fds = self.request_fds(obj, timeout=timeout)
         outside = time.perf_counter() - t0
-        self.log.append((outside, claimed(ans), max(0.0, run_queue_wait(self.pid) - w0)))
+        self.log.append((outside, claimed(ans), waits_allowed(w0, cpu_snapshot(self.pid))))
         return ans, fds
 
     def close(self) -> None:
@@ -156,20 +157,42 @@ class RemoteRunner:
             pass
 
 
-def _waited(path: str) -> float:
+def _schedstat(path: str) -> tuple[float, float]:
+    """(seconds on a CPU, seconds runnable but waiting for one) of one thread, 0 where unknown."""
     try:
         with open(path) as f:
-            return int(f.read().split()[1]) / 1e9
-    except (OSError, ValueError, IndexError):
+            ran, waited = f.read().split()[:2]
+        return int(ran) / 1e9, int(waited) / 1e9
+    except (OSError, ValueError):
+        return 0.0, 0.0
+
+
+def _process_cpu(pid: int) -> float:
+    """CPU seconds of every thread of process `pid` (its process CPU-time clock, as
+    clock_getcpuclockid gives it); 0 where it cannot be read."""
+    try:
+        return time.clock_gettime(((~pid) << 3) | 2)
+    except OSError:
         return 0.0
 
 
-def run_queue_wait(runner_pid: int) -> float:
-    """Seconds the judge's thread and the runner's request thread (its main one) have stood
-    runnable but off a CPU (/proc schedstat; 0 where the kernel keeps none). On a busy host, a
-    request waits that long on top of the wire; it is the kernel's count, which the candidate can
-    raise only by making its own request thread wait, which also shows in the judge's clock."""
-    return _waited("/proc/thread-self/schedstat") + _waited(f"/proc/{runner_pid}/task/{runner_pid}/schedstat")
+def cpu_snapshot(runner_pid: int) -> tuple[float, float, float, float]:
+    """(the judge thread's run-queue wait, the runner request thread's CPU time and run-queue wait,
+    the runner process's CPU time), seconds, from /proc schedstat and the process CPU clock."""
+    judge = _schedstat("/proc/thread-self/schedstat")
+    ran, waited = _schedstat(f"/proc/{runner_pid}/task/{runner_pid}/schedstat")
+    return judge[1], ran, waited, _process_cpu(runner_pid)
+
+
+def waits_allowed(before: tuple, after: tuple) -> float:
+    """Seconds of a request the outside clock may put down to waiting for a CPU: what the judge's
+    thread and the runner's request thread stood runnable but off a CPU (on a busy host a request
+    waits that long on top of the wire), less the CPU time the runner's other threads used
+    meanwhile. A kernel could otherwise make those waits itself (threads of its own that keep its
+    request thread off the CPU while other threads do the work) and claim the time as waiting."""
+    waits = (after[0] - before[0]) + (after[2] - before[2])
+    others = (after[3] - before[3]) - (after[1] - before[1])
+    return max(0.0, waits - max(0.0, others))
 
 
 class RemoteKernel:
