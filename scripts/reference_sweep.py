@@ -189,6 +189,8 @@ def row_of(level: str, ref: str, seed: str, res: EvalResult) -> dict:
             "suite_speedup": suite.get("speedup"), "kfray_speedup": res.speedup if res.correct else 0.0,
             "evaluator": res.evaluator, "hardware": res.hardware,
             "peak_device_gib": suite.get("peak_device_gib"),
+            # each configuration's two sides: mean and median times, and the period between calls
+            "per_shape": res.facts.get("per_shape") or {},
             # where a failure leaves it, the judge's log of both processes' device memory by step
             **({"judge_memory": res.facts["judge_memory"]} if not res.correct and res.facts.get("judge_memory") else {})}
 
