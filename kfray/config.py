@@ -95,8 +95,8 @@ class EvalConfig:
     suite_time_budget_s: float = 0.0 # suite tasks: stop a side's timing after this long (at least 5
                                      # samples; 0: no limit), for problems of many milliseconds
     suite_ref_pace: bool = True      # suite tasks: the reference's calls start at the candidate's measured
-                                     # cadence (each of its calls waits on the wire); false: after the
-                                     # wire's empty round trip, which left the smallest tasks' reference
+                                     # cadence (each of its calls waits on the wire); false: the
+                                     # wire's empty round trip apart, which left the smallest tasks' reference
                                      # idle less between calls than its kernel
     slow_factor: float = 20.0        # suite tasks: a call slower than the reference's by this factor is a
                                      # timeout (the limits follow the reference's own measured time)
