@@ -17,6 +17,7 @@ time, each from a cold folder:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import os
@@ -92,6 +93,21 @@ def load_inline_rows(source: str) -> list[tuple[str, float]]:
     return rows
 
 
+@contextlib.contextmanager
+def environ(**values: str):
+    """os.environ with these values set for the block, as it was after it."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def kfray_rows(source: str) -> list[tuple[str, float]]:
     from kfray.config import EvalConfig
     from kfray.eval.backends.torch_ext import TorchExtCpuBackend
@@ -100,21 +116,18 @@ def kfray_rows(source: str) -> list[tuple[str, float]]:
     task = load_task(f"kernelbench:{PROBLEM}")
     rows = []
     with tempfile.TemporaryDirectory() as d:
-        os.environ["KFRAY_PCH_DIR"] = str(Path(d) / "pch")
-        for label, cache in (("the precompiled header's first build, then the extension", "a"),
-                             ("the extension, the precompiled header reused (another cache)", "b")):
-            be = TorchExtCpuBackend(EvalConfig(cache_dir=str(Path(d) / cache), isolation="none"))
-            t0 = time.perf_counter()
-            b = be.compile(source, {}, task)
-            rows.append((f"kfray torch_ext_cpu: {label}", time.perf_counter() - t0))
-            if not b.facts.get("pch"):
-                rows[-1] = (rows[-1][0] + " (no precompiled header: g++ missing or it failed)", rows[-1][1])
-        os.environ["KFRAY_TORCH_PCH"] = "0"
-        be = TorchExtCpuBackend(EvalConfig(cache_dir=str(Path(d) / "c"), isolation="none"))
-        t0 = time.perf_counter()
-        be.compile(source, {}, task)
-        rows.append(("kfray torch_ext_cpu: the extension, no precompiled header", time.perf_counter() - t0))
-        del os.environ["KFRAY_TORCH_PCH"]
+        runs = (("the precompiled header's first build, then the extension", "a", "1"),
+                ("the extension, the precompiled header reused (another cache)", "b", "1"),
+                ("the extension, no precompiled header", "c", "0"))
+        for label, cache, pch in runs:
+            with environ(KFRAY_PCH_DIR=str(Path(d) / "pch"), KFRAY_TORCH_PCH=pch):
+                be = TorchExtCpuBackend(EvalConfig(cache_dir=str(Path(d) / cache), isolation="none"))
+                t0 = time.perf_counter()
+                b = be.compile(source, {}, task)
+                seconds = time.perf_counter() - t0
+            if pch == "1" and not b.facts.get("pch"):
+                label += " (no precompiled header: g++ missing or it failed)"
+            rows.append((f"kfray torch_ext_cpu: {label}", seconds))
     return rows
 
 

@@ -213,6 +213,12 @@ def level_figures(rows: list[dict], failed_to_load: dict, wall_s: float) -> dict
             "failed": failed}
 
 
+def level_entry(rows: list[dict], planned: dict, wall_s: float) -> dict:
+    """A level's figures with what its plan left out (no reference kernel, not loaded)."""
+    return {**level_figures(rows, planned["failed"], wall_s), "no_reference": planned["no_reference"],
+            "not_loaded": planned["not_loaded"]}
+
+
 def print_level(name: str, f: dict, extra: dict) -> None:
     print(f"{name}: {f['correct']} / {f['total']} correct; time to verdict median {f['verdict_s_median']:.1f} s, "
           f"max {f['verdict_s_max']:.1f} s ({f['slowest'] or '-'}); wall {f['wall_s']:.0f} s, "
@@ -285,13 +291,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for name, p in planned.items():
             def so_far(rows, wall, name=name, p=p):
-                fig = level_figures(rows, p["failed"], wall)
-                fig.update({"no_reference": p["no_reference"], "not_loaded": p["not_loaded"], "partial": True})
+                fig = {**level_entry(rows, p, wall), "partial": True}
                 write_out(path, {**out, "levels": {**out["levels"], name: fig}, "problems": out["problems"] + rows},
                           t0, partial=True)
             rows, wall = run_level(queue, p["jobs"], name, args.quiet, cfg.eval.backend in GPU_BACKENDS, so_far)
-            fig = level_figures(rows, p["failed"], wall)
-            fig.update({"no_reference": p["no_reference"], "not_loaded": p["not_loaded"]})
+            fig = level_entry(rows, p, wall)
             out["levels"][name] = fig
             out["problems"] += rows
             print_level(name, fig, p)

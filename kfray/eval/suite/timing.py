@@ -123,8 +123,7 @@ def time_case(judge: Judge, clock: Clock, case: Case, seed: int, side: str, warm
     hold = contextlib.nullcontext()
     if side == "ref" and case.remote is not None:
         if not pace:                      # no cadence measured: at least the wire's round trip
-            wait = case.remote.runner.round_trip[0]
-            pace = wait + 1e-9
+            pace = case.remote.runner.round_trip[0]
         hold = paused(case.remote)
     else:
         pace = 0.0
@@ -227,8 +226,8 @@ def measure(backend, judge: Judge, cases: list[Case], job: dict) -> dict:
         ts_new, (m_new, xs_new, last_new) = time_case(judge, clock, case, seed, "new", warmup, trials, budget)
         del m_new, xs_new                  # the reference makes the same inputs again from the seed
         judge.memory.settle(f"{case.name}: kernel timed")
-        pace = clock.period if job.get("suite_ref_pace", True) else 0.0
         period_new = clock.period
+        pace = period_new if job.get("suite_ref_pace", True) else 0.0
         if kb:        # one model pair for every trial: the same calls on both sides keep their state alike
             ts_ref, (m_ref, xs_ref, last_ref) = time_case(judge, clock, case, seed, "ref", clock.warmed, len(ts_new),
                                                           0.0, pace=pace)
