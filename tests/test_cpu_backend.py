@@ -145,3 +145,37 @@ def test_a_verdict_records_its_input_seed_and_replays_with_it(evaluator):
         evaluator.cfg.input_seed = 0
     assert again.facts["input_seed"] == seed
     assert (again.tier, again.reason.split(":")[0]) == (first.tier, first.reason.split(":")[0])
+
+
+def test_intrinsics_kernels_build_on_a_precompiled_header_of_exactly_what_they_include(evaluator, tmp_path):
+    from kfray.eval.backends.cpu import BASE_FLAGS, compiler, compiler_version
+    from kfray.eval.backends.cpu_pch import pch_flags
+
+    cxx = compiler()
+    avx = "#include <cstdint>\n#include <immintrin.h>\n" + SIG + "{ return 0; }"
+    both = "#include <cmath>\n" + avx
+    plain = "#include <cstdint>\n" + SIG + "{ return 0; }"
+    headers = {}
+    for name, src in (("avx", avx), ("both", both), ("plain", plain)):
+        flags = pch_flags(src, cxx, compiler_version(cxx), BASE_FLAGS, tmp_path)
+        headers[name] = open(flags[1]).read() if flags else None
+    if headers["avx"] is None:
+        pytest.skip("the compiler makes no precompiled header here")
+    assert headers == {"avx": "#include <immintrin.h>\n", "both": "#include <cmath>\n#include <immintrin.h>\n",
+                       "plain": None}, "a kernel is given only headers it includes itself"
+    r = _eval(evaluator, load_task("axpb").seeds_for("cpp")[-1].source)     # intrinsics behind #if defined(__AVX2__)
+    assert r.tier == 5, r.reason
+
+
+def test_a_kernel_is_not_charged_for_mapping_the_harness_s_buffers(evaluator):
+    """Each rotated input set is a buffer the runner maps afresh; were its pages mapped at the
+    kernel's first touch, that work (1.7 ms of a 0.2 ms axpb call) would be timed as the kernel's.
+    This kernel counts the page faults its own loop takes and fails the call if there are any."""
+    src = ("#include <cstdint>\n#include <sys/resource.h>\n" + SIG + "{\n"
+           "  struct rusage r0, r1; getrusage(RUSAGE_THREAD, &r0);\n"
+           "  for (int64_t i = 0; i < n; ++i) y[i] = a * x[i] + b;\n"
+           "  getrusage(RUSAGE_THREAD, &r1);\n"
+           "  long faults = r1.ru_minflt - r0.ru_minflt;\n"
+           "  return faults > 8 ? (int)(1000 + faults) : 0; }")
+    r = _eval(evaluator, src)
+    assert r.tier == 5, r.reason

@@ -29,6 +29,7 @@ import traceback
 
 from kfray.eval import wire
 
+_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 _SCALARS = {"float32": ctypes.c_float, "float64": ctypes.c_double, "int32": ctypes.c_int32,
             "int64": ctypes.c_int64, "ptr": ctypes.c_void_p}
 
@@ -49,7 +50,9 @@ class Runner:
             raise ValueError(f"{len(ids)} ids for {len(fds)} descriptors")
         for i, fd in zip(ids, fds):
             size = os.fstat(fd).st_size
-            mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE) if size else None
+            # MAP_POPULATE: the pages are mapped now, not at the kernel's first touch. Each rotated
+            # input set is a fresh mapping, and faulting 8 MiB in took 1.7 ms of a 0.2 ms axpb call.
+            mm = mmap.mmap(fd, size, mmap.MAP_SHARED | _POPULATE, mmap.PROT_READ | mmap.PROT_WRITE) if size else None
             os.close(fd)
             addr = ctypes.addressof(ctypes.c_char.from_buffer(mm)) if mm is not None else 0
             self.maps[int(i)] = (mm, addr)
