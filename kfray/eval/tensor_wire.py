@@ -119,7 +119,8 @@ def import_tensor(d: dict, fds: list[int], device: str, keep: list | None = None
         if n == 0 or span == 0:
             os.close(fd)
             return torch.empty(shape, dtype=dtype).requires_grad_(d.get("grad", False) and dtype.is_floating_point)
-        mm = mmap.mmap(fd, n, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        # populated now: a kernel's timed call is not charged for mapping the pages in
+        mm = mmap.mmap(fd, n, mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0), mmap.PROT_READ | mmap.PROT_WRITE)
         os.close(fd)
         if keep is not None:
             keep.append(mm)
