@@ -24,6 +24,7 @@ def verify(task_ref: str, kernel: str, backend: str | None = None, overrides: li
     from kfray.config import load_config
     from kfray.eval.backends.torch_ext import backend_for, language_of
     from kfray.eval.evaluator import Evaluator
+    from kfray.source import parse_params
     from kfray.tasks import load_task
     from kfray.tasks.suite_form import suite_backend, torch_gpu
 
@@ -41,13 +42,19 @@ def verify(task_ref: str, kernel: str, backend: str | None = None, overrides: li
     if not any(o.replace(" ", "").startswith("eval.timeout_s=") for o in overrides):
         # One kernel, not a search: time for large problems, whose inputs and checks run on the host.
         cfg.timeout_s = max(cfg.timeout_s, VERIFY_TIMEOUT_S)
+    try:       # a kernel that declares @kf.param tunables runs at their first (its own default) values
+        params = parse_params(source).default()
+    except ValueError as e:
+        raise KfrayError(f"{kernel}: {e}") from None
     ev = Evaluator(name, cfg, "verify")
     try:
-        out = ev.evaluate(Candidate(task=task.ref or task_ref, language=language, source=source),
+        out = ev.evaluate(Candidate(task=task.ref or task_ref, language=language, source=source, params=params),
                           task.ref or task_ref, tune=False)
     finally:
         ev.shutdown()
     res = EvalResult.from_dict(out)
+    if params:
+        res.facts["params"] = params
     if res.facts.get("not_charged"):       # the task does not fit (kfray/eval/fits.py): not the kernel's verdict
         raise KfrayError(f"{task_ref}: {res.reason} (a larger device, or a higher eval.memory_limit_mb on the CPU)")
     return res, name
@@ -62,6 +69,8 @@ def format_result(res: EvalResult, backend: str, kernel: str, task_ref: str) -> 
              f"  compile   {res.stage_seconds.get('compile', 0.0):.1f} s"
              f"{' (cached)' if res.facts.get('compile_cached') else ''}",
              f"  result    {TIER_NAMES.get(res.tier, res.tier)} (tier {res.tier})"]
+    if res.facts.get("params"):
+        lines.insert(3, "  params    " + ", ".join(f"{k}={v}" for k, v in res.facts["params"].items()))
     if res.reason:
         lines.append("  reason    " + res.reason.strip().replace("\n", "\n            "))
     for shape, t in res.times.items():

@@ -45,3 +45,17 @@ def test_tasks_lists_the_builtins(capsys):
     assert main(["tasks"]) == 0
     out = capsys.readouterr().out
     assert "axpb" in out and "softmax" in out and "matmul" in out
+
+
+def test_verify_runs_a_kernel_at_its_own_declared_parameter_values(tmp_path, capsys):
+    """A kf_forward file that declares @kf.param tunables verifies at their first values, as the
+    search starts it, and says which (before, every such file failed to compile)."""
+    from kfray.tasks import load_task
+
+    seed = next(s for s in load_task("softmax").seeds_for("cpp") if s.name == "fused")
+    kernel = tmp_path / "softmax_fused.cpp"
+    kernel.write_text(seed.source)
+    assert main(["verify", "builtin:softmax", str(kernel), "--set", "eval.repeats=3",
+                 "--set", "eval.min_time_s=0.005", "--set", f"eval.cache_dir={tmp_path / 'cache'}"]) == 0
+    out = capsys.readouterr().out
+    assert "params    CH=1024, ROWS_PER_TASK=4" in out and "correct (tier 5)" in out, out
