@@ -216,6 +216,46 @@ def test_a_kernel_that_keeps_its_own_request_thread_waiting_does_not_hide_a_patc
     assert "outside clock" in r.facts.get("untrusted", ""), f"faked times were believed: {r.times} ({r.reason})"
 
 
+FORKER = """
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+"""
+
+
+def forking_starving_clock_kernel(spinners: int = 30, slowed: float = 0.1) -> str:
+    """starving_clock_kernel with its spinners forked as processes instead of started as threads
+    (pinned to the request thread's CPU, stopped through a shared page, waited for): their CPU time
+    is no thread's of the runner, nor the runner's until they are reaped."""
+    return starving_clock_kernel(spinners, slowed).replace(STARVER, STARVER + FORKER).replace(
+        f"""    pthread_t spin[{spinners}], work;
+    for (int i = 0; i < {spinners}; ++i) pthread_create(&spin[i], &pinned, kf_spin, nullptr);
+    pthread_create(&work, nullptr, kf_work, nullptr);
+    while (!kf_done.load()) {{}}
+    kf_stop = 1;
+    for (int i = 0; i < {spinners}; ++i) pthread_join(spin[i], nullptr);
+    pthread_join(work, nullptr);""", f"""    static volatile int* stop = (volatile int*)mmap(nullptr, 4096, PROT_READ | PROT_WRITE,
+                                                    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    *stop = 0;
+    pid_t kids[{spinners}];
+    for (int i = 0; i < {spinners}; ++i)
+        if ((kids[i] = fork()) == 0) {{ sched_setaffinity(0, sizeof(one), &one); while (!*stop) {{}} _exit(0); }}
+    pthread_t work;
+    pthread_create(&work, nullptr, kf_work, nullptr);
+    while (!kf_done.load()) {{}}
+    *stop = 1;
+    for (int i = 0; i < {spinners}; ++i) if (kids[i] > 0) waitpid(kids[i], nullptr, 0);
+    pthread_join(work, nullptr);""")
+
+
+def test_a_kernel_whose_forked_processes_keep_its_request_thread_waiting_does_not_hide_a_patched_clock(evaluator):
+    src = forking_starving_clock_kernel()
+    assert "fork()" in src and "PyRun_SimpleStringFlags" in src and "pthread_create(&spin" not in src
+    r = _eval(evaluator, src)
+    assert r.tier == 5, r.reason
+    assert "outside clock" in r.facts.get("untrusted", ""), f"faked times were believed: {r.times} ({r.reason})"
+
+
 def test_control_the_waits_a_kernel_makes_itself_are_not_allowed_for():
     """The same request seen by the scheduler: 5 ms outside, the request thread 4.5 ms runnable but
     off its CPU, while the runner's other threads used 9 ms of CPU (the work and the spinners).

@@ -31,6 +31,7 @@ class RemoteRunner:
         self.spawner = spawner
         self.sock, self.pid = spawner.spawn()
         self.zygote_pid = spawner.pid
+        _ZYGOTE[self.pid] = spawner.pid
         self.deadline_s = deadline_s
         self.known: set[int] = set()        # buffer ids this runner has mapped
         self.round_trip = (0.0, 0.0)        # median and 90th percentile of an empty request, seconds
@@ -148,6 +149,7 @@ class RemoteRunner:
         return ans, fds
 
     def close(self) -> None:
+        _ZYGOTE.pop(self.pid, None)
         if self.sock is not None:
             self.sock.close()
             self.sock = None
@@ -173,23 +175,61 @@ def _process_cpu(pid: int) -> float:
     try:
         return time.clock_gettime(((~pid) << 3) | 2)
     except OSError:
+        return _stat_ticks(pid, 11)       # a zombie: its clock is gone, its ticks are not
+
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _stat_ticks(pid: int, first: int) -> float:
+    """Two CPU-time fields of /proc/<pid>/stat from `first` (11: utime + stime, 13: the waited-for
+    children's cutime + cstime), in seconds; 0 where unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[first]) + int(fields[first + 1])) / _TICK
+    except (OSError, ValueError, IndexError):
         return 0.0
+
+
+def _children_cpu(pid: int) -> float:
+    """CPU seconds of the children process `pid` has waited for: a spinner that exits before the
+    judge looks again is counted there."""
+    return _stat_ticks(pid, 13)
+
+
+def candidate_cpu(runner_pid: int) -> float:
+    """CPU seconds of the candidate's processes: the runner, and where the judge is its PID
+    namespace's init, every other process in it (what the kernel forked, or their waited-for
+    children) but the zygote. A kernel's forked spinners are counted like its threads."""
+    if os.getpid() != 1:
+        return _process_cpu(runner_pid) + _children_cpu(runner_pid)
+    from kfray.eval.spawner import others_in_namespace
+
+    total = 0.0
+    for pid in others_in_namespace(_ZYGOTE.get(runner_pid, 0)):
+        total += _process_cpu(pid) + _children_cpu(pid)
+    return total + _children_cpu(1)      # orphans the judge reaped (a constant, but for this call's)
+
+
+_ZYGOTE: dict[int, int] = {}         # runner pid -> its zygote's pid (not the candidate's)
 
 
 def cpu_snapshot(runner_pid: int) -> tuple[float, float, float, float]:
     """(the judge thread's run-queue wait, the runner request thread's CPU time and run-queue wait,
-    the runner process's CPU time), seconds, from /proc schedstat and the process CPU clock."""
+    the candidate's processes' CPU time), seconds, from /proc schedstat and the CPU clocks."""
     judge = _schedstat("/proc/thread-self/schedstat")
     ran, waited = _schedstat(f"/proc/{runner_pid}/task/{runner_pid}/schedstat")
-    return judge[1], ran, waited, _process_cpu(runner_pid)
+    return judge[1], ran, waited, candidate_cpu(runner_pid)
 
 
 def waits_allowed(before: tuple, after: tuple) -> float:
     """Seconds of a request the outside clock may put down to waiting for a CPU: what the judge's
     thread and the runner's request thread stood runnable but off a CPU (on a busy host a request
     waits that long on top of the wire), less the CPU time the runner's other threads used
-    meanwhile. A kernel could otherwise make those waits itself (threads of its own that keep its
-    request thread off the CPU while other threads do the work) and claim the time as waiting."""
+    meanwhile. A kernel could otherwise make those waits itself (threads or processes of its own
+    that keep its request thread off the CPU while another does the work) and claim the time as
+    waiting."""
     waits = (after[0] - before[0]) + (after[2] - before[2])
     others = (after[3] - before[3]) - (after[1] - before[1])
     return max(0.0, waits - max(0.0, others))
