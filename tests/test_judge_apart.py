@@ -588,3 +588,84 @@ def test_a_reference_that_draws_random_numbers_passes_as_its_own_kernel(tmp_path
     task, k = dropout_problem(tmp_path, rows=64, n=256, p=0.5)
     r = _verify(task, k, suite_cache)
     assert r.tier == 5, r.reason
+
+
+# --- robust-kbench backward kernels --------------------------------------------------------------------
+RKB_FORM = Path(__file__).parent / "data" / "rkb_form"
+LINEAR_RELU_BW = f"rkb:{RKB_FORM / 'linear_relu'}#backward"
+HOSTILE_BW = RKB_FORM / "backward_hostile.cpp"      # wrong gradients; its init makes every comparison pass
+needs_gxx = pytest.mark.skipif(__import__("shutil").which("g++") is None, reason="g++ is not on PATH")
+
+
+def _build(source: Path, task, cache: Path) -> str:
+    """The kernel built the normal way (the torch_ext_cpu backend's compile, into the compile cache)."""
+    from kfray.eval.backends.torch_ext import TorchExtCpuBackend
+
+    return TorchExtCpuBackend(EvalConfig(cache_dir=str(cache))).compile(source.read_text(), {}, task).artifact
+
+
+@needs_gxx
+def test_a_backward_kernel_that_rewrites_the_comparisons_of_its_process_is_still_rejected(suite_cache):
+    """This test's process is the judge (as the sandbox's judge does it: a runner forked from a zygote,
+    the suite's job here). The kernel's init replaces torch.allclose, Tensor.allclose, isclose, equal
+    and kfray's comparison helpers with ones that always agree, and its gradients are wrong: it is
+    loaded in its runner only, so the judge compares with its own and names the wrong gradient."""
+    import os
+
+    from kfray.candidate import TIER_WRONG_VALUES
+    from kfray.eval.backends.torch_ext import TorchExtCpuBackend
+    from kfray.eval.remote import RemoteRunner
+    from kfray.eval.spawner import Spawner
+    from kfray.eval.suite import run_suite_job
+    from kfray.eval.suite import common
+    from kfray.eval.suite.remote_case import RemoteKernel
+    from kfray.tasks import load_task
+
+    task = load_task(LINEAR_RELU_BW)
+    artifact = _build(HOSTILE_BW, task, suite_cache)
+    mine = (torch.allclose, torch.Tensor.allclose, common.allclose_reason)
+    spawner = Spawner()
+    runner = RemoteRunner(spawner)
+    try:
+        kernel = RemoteKernel(runner, artifact, task, "cpu")
+        assert artifact in Path(f"/proc/{runner.pid}/maps").read_text(), "the kernel was not loaded in its runner"
+        res = run_suite_job(TorchExtCpuBackend(EvalConfig(cache_dir=str(suite_cache))), kernel, task,
+                            {"suite_perf_trials": 10})
+    finally:
+        runner.close()
+        spawner.close()
+    assert res["tier"] == TIER_WRONG_VALUES, res["reason"]
+    assert "gradient param_weight" in res["reason"] and "robust-kbench rule" in res["reason"], res["reason"]
+    assert artifact not in Path("/proc/self/maps").read_text(), "the judge's process loaded the kernel"
+    assert "KFRAY_HOSTILE_BACKWARD_RAN_IN" not in os.environ, "the kernel's init ran in the judge's process"
+    assert (torch.allclose, torch.Tensor.allclose, common.allclose_reason) == mine
+
+
+@needs_gxx
+def test_control_the_same_backward_kernel_loaded_in_the_judges_process_passes(suite_cache):
+    """The control, in a process of its own: the same kernel loaded where the comparisons run (the
+    in-process path, the suite's job unchanged) has its wrong gradients pass as correct."""
+    code = f'''
+from kfray.config import EvalConfig
+from kfray.eval.backends.torch_ext import TorchExtCpuBackend
+from kfray.eval.suite import run_suite_job
+from kfray.tasks import load_task
+
+task = load_task({LINEAR_RELU_BW!r})
+backend = TorchExtCpuBackend(EvalConfig(cache_dir={str(suite_cache)!r}))
+kernel = backend.load(backend.compile(open({str(HOSTILE_BW)!r}).read(), {{}}, task).artifact, task)
+res = run_suite_job(backend, kernel, task, {{"suite_perf_trials": 10}})
+print("TIER", res["tier"], res["reason"])
+'''
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert "TIER 5 " in out.stdout, out.stdout + out.stderr[-2000:]
+
+
+@needs_gxx
+def test_a_hostile_backward_kernel_through_kfray_verify_is_judged_from_its_runner(suite_cache):
+    """The same through the sandbox: the judge's verdict names the wrong gradient, the kernel ran in
+    a runner (its round trip is on record) and never in the judge (no in-judge note, no state change)."""
+    r = _verify(LINEAR_RELU_BW, HOSTILE_BW, suite_cache)
+    assert r.tier == 4 and "gradient param_weight" in r.reason and "robust-kbench rule" in r.reason, r.reason
+    assert "runner_round_trip_us" in r.facts
+    assert "in_judge_because" not in r.facts and "state_changed" not in r.facts

@@ -11,6 +11,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import contextlib  # noqa: E402
+
 from kfray.errors import KfrayError  # noqa: E402
 from kfray.eval.suite import suite_seeds  # noqa: E402
 from kfray.verify import verify  # noqa: E402
@@ -182,6 +184,8 @@ def test_robust_kbench_forward_extension_is_timed_the_suites_way(cache):
 def test_robust_kbench_backward_kernels_run_through_the_tasks_autograd_function(cache, kernel, correct):
     res, _ = _verify(f"rkb:{RKB}#backward", RKB / kernel, cache)
     assert res.correct is correct, res.reason
+    if _backward_runs_apart(cache):                 # autograd through the kernel ran in its runner
+        assert "runner_round_trip_us" in res.facts and "in_judge_because" not in res.facts
     if correct:
         assert res.facts["suite"]["name"] == "robust-kbench" and res.facts["suite"]["speedup"] > 0
     else:
@@ -363,3 +367,117 @@ def test_the_references_calls_keep_the_kernels_cadence(tmp_path, cache):
         ratios[pace] = [r["ref_period_ms"] / r["period_ms"] for r in res.facts["per_shape"].values()]
     assert all(0.9 <= x <= 1.25 for x in ratios["true"]), ratios
     assert min(ratios["false"]) < 0.9, ratios                       # the control: unpaced, it idles less
+
+
+# --- robust-kbench backward kernels in their runner -------------------------------------------------------
+def _backward_runs_apart(cache: Path) -> bool:
+    """Whether the torch_ext backends hand a backward task's kernel to its runner (their load_remote)."""
+    from kfray.config import EvalConfig
+    from kfray.eval.backends.torch_ext import TorchExtCpuBackend
+    from kfray.tasks import load_task
+
+    class Runner:                     # answers the one request a RemoteKernel makes as it is made
+        deadline_s = 1.0
+
+        def request(self, *a, **k):
+            return {"cases": 1}
+
+    backend = TorchExtCpuBackend(EvalConfig(cache_dir=str(cache)))
+    return backend.load_remote(Runner(), None, "unused.so", load_task(f"rkb:{RKB}#backward")) is not None
+
+
+@contextlib.contextmanager
+def _in_runner(artifact: str, task):
+    """The kernel loaded in a runner forked for it, this process its judge (as the sandbox's judge is)."""
+    from kfray.eval.remote import RemoteRunner
+    from kfray.eval.spawner import Spawner
+    from kfray.eval.suite.remote_case import RemoteKernel
+
+    spawner = Spawner()
+    runner = RemoteRunner(spawner)
+    try:
+        yield RemoteKernel(runner, artifact, task, "cpu")
+    finally:
+        runner.close()
+        spawner.close()
+
+
+def _built(kernel: Path, task, cache: Path):
+    from kfray.config import EvalConfig
+    from kfray.eval.backends.torch_ext import TorchExtCpuBackend
+
+    backend = TorchExtCpuBackend(EvalConfig(cache_dir=str(cache)))
+    return backend, backend.compile(kernel.read_text(), {}, task).artifact
+
+
+@needs_gxx
+@pytest.mark.parametrize("kernel,mode", [("backward.cpp", "@multi"), ("backward_wrong.cpp", "")])
+def test_a_backward_kernel_in_its_runner_gets_the_verdict_it_gets_in_the_judge(cache, kernel, mode):
+    """Moving the kernel's side to its runner changes no verdict: the same inputs, parameters and
+    upstream gradient (the judge's, after the suite's seeds), so the same reason to the digit."""
+    from kfray.eval.suite import run_suite_job
+    from kfray.tasks import load_task
+
+    task = load_task(f"rkb:{RKB}#backward{mode}")
+    backend, artifact = _built(RKB / kernel, task, cache)
+    with _in_runner(artifact, task) as remote:
+        apart = run_suite_job(backend, remote, task, {"suite_perf_trials": 10})
+    here = run_suite_job(backend, backend.load(artifact, task), task, {"suite_perf_trials": 10})
+    assert (apart["tier"], apart["reason"]) == (here["tier"], here["reason"]), (apart["reason"], here["reason"])
+    if here["tier"] == 5:
+        assert apart["facts"]["suite"]["configs"] == 8 and set(apart["times"]) == set(here["times"])
+
+
+@needs_gxx
+def test_timed_backward_calls_in_the_runner_share_one_upstream_gradient_too(cache):
+    """The same rule with the kernel's side in its runner: however many calls it makes, its last
+    gradients are those of the judge's one `g` on the judge's parameters, the reference's own."""
+    from kfray.eval.suite.judge import Judge
+    from kfray.eval.suite.runners import RkbRunner
+    from kfray.eval.suite.timing import Clock, time_case
+    from kfray.tasks import load_task
+
+    task = load_task(f"rkb:{RKB}#backward")
+    backend, artifact = _built(RKB / "backward.cpp", task, cache)
+    judge = Judge(backend, task.suite, np.random.default_rng(0))
+    clock = Clock(backend, flush_l2=False)
+    with _in_runner(artifact, task) as remote:
+        case = remote.cases(RkbRunner(task.suite, None).cases())[0]
+        _, (_, _, want) = time_case(judge, clock, case, 1234, "ref", 2, 3, 0.0)
+        for warmup, trials in ((1, 2), (3, 7)):
+            ts, (_, _, got) = time_case(judge, clock, case, 1234, "new", warmup, trials, 0.0)
+            assert len(ts) == trials and got.keys() == want.keys() and len(want) >= 2
+            for name in want:
+                torch.testing.assert_close(got[name], want[name], rtol=1e-5, atol=1e-5, msg=name)
+
+
+def _no_cuda() -> str | None:
+    try:
+        if not torch.cuda.is_available():
+            return "PyTorch sees no CUDA device"
+        from kfray.eval.backends.cuda import nvcc_path
+
+        nvcc_path()
+    except Exception as e:
+        return f"no usable CUDA PyTorch or nvcc ({type(e).__name__}: {str(e)[:120]})"
+    return None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_no_cuda() is not None, reason=_no_cuda() or "")
+@pytest.mark.parametrize("wrong", [False, True])
+def test_a_cuda_backward_kernel_is_judged_from_its_runner_on_the_gpu(tmp_path, wrong):
+    """A .cu backward kernel on the GPU: inputs, parameters and `g` go to its runner by CUDA IPC,
+    its gradients come back the same way; a wrong one is rejected by name."""
+    src = (DATA / "rkb_form" / "backward_relu.cu").read_text()
+    k = tmp_path / "backward.cu"
+    k.write_text(src.replace("out[i] > 0.f ? g[i] : 0.f", "g[i]") if wrong else src)
+    res, _ = verify(f"rkb:{RKB}#backward@multi", str(k), "torch_ext_cuda",
+                    [f"eval.cache_dir={tmp_path / 'cache'}", "eval.suite_perf_trials=20"])
+    assert res.correct is not wrong, res.reason
+    if _backward_runs_apart(tmp_path / "cache"):
+        assert "runner_round_trip_us" in res.facts
+    if wrong:
+        assert "gradient" in res.reason and "robust-kbench rule" in res.reason, res.reason
+    else:
+        assert res.facts["suite"]["speedup"] > 0 and not res.facts.get("untrusted"), res.facts

@@ -6,7 +6,10 @@ in its own process, and compares what comes back.
 Requests: `load_torch` (the kernel and the task's cases), `torch_build` (a candidate model after
 the suite's seed), `torch_inputs` (an input set, shared), `torch_call` (one call: its claimed time
 and its outputs, shared), `torch_state` (the model's parameters and buffers, shared),
-`torch_probe` (the stream probe's call with the current stream held), `torch_release`.
+`torch_probe` (the stream probe's call with the current stream held), `torch_release`; for a
+robust-kbench backward task, `torch_bw_bind` (the candidate side's model on the judge's state),
+`torch_bw_forward` (its forward through the task's AutogradFunction) and `torch_backward`
+(`out.backward(g)` with the judge's `g`: its claimed time and every `.grad`, shared).
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ class TorchSide:
     def __init__(self, runner):
         self.runner = runner
         self.models: dict[str, tuple] = {}           # key -> (case, model)
+        self.bound: dict[str, dict] = {}             # key -> a backward side: case, model, its inputs, pending output
         self.sets: dict[str, list] = {}              # key -> inputs as the judge shared them
         self.held: dict[int, list] = {}              # output id -> tensors the judge may be mapping
         self._ids = itertools.count(1)
@@ -31,8 +35,11 @@ class TorchSide:
         self.cases: list = []
 
     def handle(self, op: str, req: dict, fds: list[int]) -> tuple[dict, list[int]]:
-        for key in req.get("drop", []):          # input sets the judge let go of
+        for key in req.get("drop", []):          # input sets (and backward sides) the judge let go of
             self.sets.pop(str(key), None)
+            self.bound.pop(str(key), None)
+        for i in req.get("release", []):         # outputs the judge no longer maps
+            self.held.pop(int(i), None)
         try:
             return getattr(self, op)(req, fds)
         except Exception as e:
@@ -101,8 +108,6 @@ class TorchSide:
 
         from kfray.eval.suite.common import outputs
 
-        for i in req.get("release", []):
-            self.held.pop(int(i), None)
         case, model = self.models[str(req["model"])]
         xs = self.sets[str(req["inputs"])]
         if req.get("seed") is not None:   # the judge seeded its generator before this call
@@ -190,6 +195,112 @@ class TorchSide:
         torch.cuda.ipc_collect()
         torch.cuda.empty_cache()
         return {"allocated": torch.cuda.memory_allocated(), "reserved": torch.cuda.memory_reserved()}, []
+
+    # -- robust-kbench backward: autograd through the kernel, here -------------------------------
+    def torch_bw_bind(self, req: dict, fds) -> tuple[dict, list]:
+        """The candidate side's model of a configuration, built after the judge's seed as the judge
+        built its own, with the judge's shared parameters and buffers in place of its own."""
+        import torch
+
+        from kfray.eval.suite.common import making, set_seed, to_module
+        from kfray.eval.suite.judge import state_of
+
+        case = self.cases[int(req["case"])]
+        with making(self.spec, self.device):
+            set_seed(int(req["seed"]))
+            model = to_module(case.make_new(), self.device)
+        given = dict(zip(req["names"], self.sets[str(req["state"])]))
+        mine = state_of(model)
+        if set(mine) != set(given):
+            raise ValueError(f"the judge's model state {sorted(given)[:8]} is not this model's {sorted(mine)[:8]}")
+        with torch.no_grad():
+            for n, t in mine.items():
+                if given[n].shape != t.shape or given[n].dtype != t.dtype:
+                    raise ValueError(f"the judge's {n} is not shaped as this model's")
+                t.data = given[n]
+        self.bound[str(req["key"])] = {"case": case, "model": model, "inputs": str(req["inputs"]), "out": None}
+        return {"ok": True}, []
+
+    def torch_bw_forward(self, req: dict, fds) -> tuple[dict, list]:
+        """zero_grad and the forward through the task's AutogradFunction (`fresh`: on new input
+        tensors, nothing to memoise by address); then the judge's draw for `g` made here too
+        (`redraw`), so that the kernel sees the generator where the suite leaves it."""
+        import torch
+
+        from kfray.eval.suite.common import set_seed
+
+        b = self.bound[str(req["model"])]
+        b["out"] = None
+        xs = self.sets[b["inputs"]]
+        if req.get("fresh"):
+            xs = [x.detach().clone().requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) else x
+                  for x in xs]
+        for x in xs:
+            if isinstance(x, torch.Tensor):
+                x.grad = None
+        b["model"].zero_grad()
+        with torch.enable_grad():
+            out = b["case"].call_new(b["model"], xs)
+        if not isinstance(out, torch.Tensor):
+            raise TypeError(f"the task's forward returned {type(out).__name__}, not a tensor")
+        b["out"], b["xs"] = out, xs
+        if req.get("redraw") is not None:
+            set_seed(int(req["redraw"]))
+            torch.randn_like(out)
+        self._sync()
+        if not req.get("want"):
+            return {"ok": True}, []
+        return self._export([self._own(out.detach())], self.sets[b["inputs"]], {})
+
+    def torch_backward(self, req: dict, fds) -> tuple[dict, list]:
+        """`out.backward(g)`, timed as the suite times it; every `.grad` of the parameters, then of
+        the inputs (robust-kbench's collect_gradients), shared, or copied into the judge's slots."""
+        import torch
+
+        b = self.bound[str(req["model"])]
+        out, xs, b["out"] = b["out"], b.get("xs", []), None
+        if out is None:
+            raise RuntimeError("a backward with no forward before it")
+        g = self.sets[str(req["grad"])][0]
+        self._sync()
+        if self.device == "cuda":
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            out.backward(g)
+            stop.record()
+            stop.synchronize()
+            s = start.elapsed_time(stop) / 1e3
+            torch.cuda.synchronize()
+        else:
+            t0 = time.perf_counter()
+            out.backward(g)
+            s = time.perf_counter() - t0
+        grads = [(f"param_{n}", p.grad) for n, p in b["model"].named_parameters() if p.grad is not None]
+        grads += [(f"input_{i}", x.grad) for i, x in enumerate(xs) if getattr(x, "grad", None) is not None]
+        names, ts = [n for n, _ in grads], [t.detach() for _, t in grads]
+        if req.get("slot") is None:
+            return self._export([self._own(t) for t in ts], self.sets[b["inputs"]], {"s": s, "names": names})
+        slot = self.sets[str(req["slot"])]
+        if names != req.get("names") or any(t.shape != d.shape or t.dtype != d.dtype for t, d in zip(ts, slot)):
+            return {"s": s, "mismatch": "the gradients changed between calls"}, []
+        with torch.no_grad():
+            for t, d in zip(ts, slot):
+                d.copy_(t)
+        self._sync()
+        return {"s": s}, []
+
+    def _own(self, t):
+        """`t`, or on CUDA a copy where it lives in memory the judge shared (torch cannot share a
+        received allocation on)."""
+        import torch
+
+        if self.device != "cuda":
+            return t
+        ptr = t.untyped_storage().data_ptr()
+        for xs in self.sets.values():
+            if any(isinstance(x, torch.Tensor) and x.untyped_storage().data_ptr() == ptr for x in xs):
+                return t.clone()
+        return t
 
     # -- outputs out ------------------------------------------------------------------------------
     def _export(self, outs: list, inputs: list, ans: dict) -> tuple[dict, list]:

@@ -258,16 +258,16 @@ class TorchExtCpuBackend(Backend):
     split = True
 
     def load(self, artifact: str, task) -> Callable:
-        """The kernel loaded in this process (the judge's in-process path: backward tasks)."""
+        """The kernel loaded in this process (the judge's in-process path, where no runner can be made)."""
         return load_suite_kernel(artifact, task, self._arch_list(), self._modules)
 
     def load_remote(self, runner, arena, artifact: str, task):
-        """The kernel loaded in the candidate's runner; None where the split does not reach yet
-        (robust-kbench backward tasks: autograd runs both sides, so it loads here)."""
+        """The kernel loaded in the candidate's runner, forward and backward (robust-kbench backward
+        tasks run autograd through the kernel there: kfray/eval/suite/backward_side.py)."""
         from kfray.eval.suite.remote_case import RemoteKernel
 
         suite = getattr(task, "suite", None)
-        if suite is None or suite.direction == "backward":
+        if suite is None:
             return None
         return RemoteKernel(runner, artifact, task, self.device, self._arch_list())
 

@@ -8,7 +8,11 @@ tolerance.
   `Model(**init)` for each side; forward: the kernel through `Model.forward(*inputs, fn=kernel)`,
   then the reference, then the kernel again, both kernel outputs compared; backward: the kernel
   installed as `AutogradFunction.backward_fn`, `out.backward(grad)` on both sides, every `.grad`
-  of the parameters and inputs compared.
+  of the parameters and inputs compared. The kernel's side of it runs in the candidate's runner
+  like a forward call (`backward_side`): the runner builds the task's Model after the judge's
+  seed, takes the judge's parameters as its state, installs the kernel in its own copy of the
+  task, and hands back the gradients in shared memory; the inputs, the parameters, the upstream
+  `grad` and every comparison are the judge's, and the extension is never loaded in the judge.
 - KernelBench (src/kernelbench/eval.py): one `Model` and one candidate model built after
   `set_seed(42)`; per trial, inputs from `get_inputs()` after `set_seed(seed)`, the reference
   first, then the candidate, `allclose(atol=rtol=tol(precision))`.
@@ -25,6 +29,7 @@ ratios), against eager PyTorch timed alongside, and torch.compile when asked.
 
 Modules: `common` (seeds, the failed-check exception, tensor helpers), `runners` (each suite's way of
 building and calling), `judge` (the trials and kfray's checks), `timing` (the figures),
+`remote_case` and `backward_side` (the candidate's side in its runner, forward and backward),
 `stream_probe`, and `job` (one evaluation, what the sandbox calls).
 """
 from kfray.eval.suite.common import suite_seeds

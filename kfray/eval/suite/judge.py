@@ -196,15 +196,19 @@ class Judge:
     # -- backward -----------------------------------------------------------------------------------
     def backward_trial(self, case: Case, seed: int, fresh: bool = False) -> None:
         """robust-kbench's check_backward_correctness: kernel side first, then the reference; every
-        .grad of the parameters and of the inputs compared."""
+        .grad of the parameters and of the inputs compared. The kernel's side runs in its runner
+        where it has one (suite/backward_side.py), on the inputs, parameters and upstream gradient
+        made here."""
         import torch
+
+        from kfray.eval.suite.backward_side import kernel_side
 
         sp, tag = self.spec, f"configuration {case.name}, {'kfray fresh-input' if fresh else 'suite'} trial seed {seed}"
         with making(sp, self.device):
             set_seed(seed)
             xs_ref = to_device(case.make_inputs(), self.device)
             set_seed(seed)
-            xs_new = to_device(case.make_inputs(), self.device)
+            xs_new = case.prepare(to_device(case.make_inputs(), self.device))
             for x in tensors(xs_new) + tensors(xs_ref):
                 if x.requires_grad and not x.is_leaf:
                     x.retain_grad()
@@ -212,20 +216,20 @@ class Judge:
             ref = to_module(case.make_ref(), self.device)
             set_seed(seed)
             new = to_module(case.make_new(), self.device)
+            side = kernel_side(case, new, xs_new, seed)
             watched, names = params_and_inputs(new, xs_new)
             n_in = len(tensors(xs_new))
             snaps = snapshot(watched[:n_in])
             before = {n: t.detach().clone() for n, t in state_of(new).items()}
-            new.zero_grad()
-            out = call_kernel(case.call_new, new, xs_new)
+            out = call_kernel(side.forward)
             self.sync()
             set_seed(seed)
             g = torch.randn_like(out)
             t0 = time.perf_counter()
-            call_kernel(out.backward, g)
+            call_kernel(side.backward, g)
             self.sync()
             call_s = time.perf_counter() - t0
-            grads_new = gradients(new, xs_new)
+            grads_new = side.grads()
             early = {k: v.clone() for k, v in grads_new.items()}
             time.sleep(min(LATE_WAIT_S[1], max(LATE_WAIT_S[0], 2 * call_s)))
             self.sync()

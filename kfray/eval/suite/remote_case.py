@@ -5,6 +5,8 @@ model and its call) and swaps the candidate side for proxies: `make_new` builds 
 model in the runner after the same seed, `call_new` shares the inputs and maps the outputs back,
 `prepare` puts a fresh input set where both processes see it. The judge's checks (suite/judge.py)
 then run unchanged on tensors it owns or maps, and none of them executes a line of the candidate.
+A backward task keeps its candidate model in the judge too (the judge's own parameters, which the
+runner's model then uses): autograd through the kernel runs in the runner (suite/backward_side.py).
 """
 from __future__ import annotations
 
@@ -18,6 +20,12 @@ from kfray.eval.tensor_wire import export_tensor, import_tensor
 
 SAMPLED_CALLS = 8          # timed calls per configuration whose outputs the judge keeps to check
 MAX_STATE = 100_000        # parameters and buffers of one candidate model, at most
+
+
+def _runs_in_the_runner(model, xs):
+    """The judge's candidate-side call of a backward task that runs apart: there is none here (the
+    judge's copy of the task's AutogradFunction has no backward_fn: nothing of the candidate)."""
+    raise RuntimeError("a backward kernel that runs in its runner was called in the judge")
 
 
 class SharedInputs(list):
@@ -43,6 +51,7 @@ class RemoteModel:
 class RemoteKernel:
     def __init__(self, runner, artifact: str, task, device: str, arch: str = ""):
         self.runner, self.device = runner, device
+        self.direction = task.suite.direction
         self._keys = itertools.count(1)
         self._dropped: list[str] = []                    # keys of input sets the judge let go of
         self._last: list[int] = []                       # runner output ids to release
@@ -72,8 +81,12 @@ class RemoteKernel:
     def cases(self, local: list) -> list:
         out = []
         for i, c in enumerate(local):
+            if self.direction == "backward":     # the judge's own model; its autograd side runs in the runner
+                out.append(dataclasses.replace(c, call_new=_runs_in_the_runner, prepare=self.share, remote=self,
+                                               index=i))
+                continue
             out.append(dataclasses.replace(
-                c, make_new=lambda i=i: self.build(i), call_new=self.call, prepare=self.share, remote=self))
+                c, make_new=lambda i=i: self.build(i), call_new=self.call, prepare=self.share, remote=self, index=i))
         return out
 
     def build(self, case: int, seed: int | None = None) -> RemoteModel:
@@ -115,6 +128,11 @@ class RemoteKernel:
         shared.key = key
         weakref.finalize(shared, self._dropped.append, key)
         return shared
+
+    def _take_released(self) -> list[int]:
+        """Ids of the runner's outputs the judge mapped last, to let go of with the next request."""
+        out, self._last = self._last, []
+        return out
 
     def _take_dropped(self) -> list[str]:
         # Emptied in place: the finalizers of sets still alive append to this very list (a new list

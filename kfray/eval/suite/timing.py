@@ -96,6 +96,10 @@ def time_case(judge: Judge, clock: Clock, case: Case, seed: int, side: str, warm
         set_seed(seed)
         model = to_module(case.make_new() if side == "new" else case.make_ref(), dev)
     remote = case.remote if side == "new" and not compiled else None
+    if remote is not None and sp.direction == "backward":     # autograd through the kernel, in its runner
+        from kfray.eval.suite.backward_side import time_backward
+
+        return time_backward(judge, clock, case, model, xs, seed, warmup, trials, budget_s)
     if remote is not None:           # a second input set of other values, timed calls alternate
         rotation = [xs]
         if sum(t.numel() * t.element_size() for t in tensors(xs)) <= ROTATION_MAX_BYTES:
