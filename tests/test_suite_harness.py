@@ -184,8 +184,8 @@ def test_robust_kbench_forward_extension_is_timed_the_suites_way(cache):
 def test_robust_kbench_backward_kernels_run_through_the_tasks_autograd_function(cache, kernel, correct):
     res, _ = _verify(f"rkb:{RKB}#backward", RKB / kernel, cache)
     assert res.correct is correct, res.reason
-    if _backward_runs_apart(cache):                 # autograd through the kernel ran in its runner
-        assert "runner_round_trip_us" in res.facts and "in_judge_because" not in res.facts
+    # autograd through the kernel ran in its runner, not in the judge
+    assert "runner_round_trip_us" in res.facts and "in_judge_because" not in res.facts
     if correct:
         assert res.facts["suite"]["name"] == "robust-kbench" and res.facts["suite"]["speedup"] > 0
     else:
@@ -370,22 +370,6 @@ def test_the_references_calls_keep_the_kernels_cadence(tmp_path, cache):
 
 
 # --- robust-kbench backward kernels in their runner -------------------------------------------------------
-def _backward_runs_apart(cache: Path) -> bool:
-    """Whether the torch_ext backends hand a backward task's kernel to its runner (their load_remote)."""
-    from kfray.config import EvalConfig
-    from kfray.eval.backends.torch_ext import TorchExtCpuBackend
-    from kfray.tasks import load_task
-
-    class Runner:                     # answers the one request a RemoteKernel makes as it is made
-        deadline_s = 1.0
-
-        def request(self, *a, **k):
-            return {"cases": 1}
-
-    backend = TorchExtCpuBackend(EvalConfig(cache_dir=str(cache)))
-    return backend.load_remote(Runner(), None, "unused.so", load_task(f"rkb:{RKB}#backward")) is not None
-
-
 @contextlib.contextmanager
 def _in_runner(artifact: str, task):
     """The kernel loaded in a runner forked for it, this process its judge (as the sandbox's judge is)."""
@@ -475,9 +459,37 @@ def test_a_cuda_backward_kernel_is_judged_from_its_runner_on_the_gpu(tmp_path, w
     res, _ = verify(f"rkb:{RKB}#backward@multi", str(k), "torch_ext_cuda",
                     [f"eval.cache_dir={tmp_path / 'cache'}", "eval.suite_perf_trials=20"])
     assert res.correct is not wrong, res.reason
-    if _backward_runs_apart(tmp_path / "cache"):
-        assert "runner_round_trip_us" in res.facts
+    assert "runner_round_trip_us" in res.facts
     if wrong:
         assert "gradient" in res.reason and "robust-kbench rule" in res.reason, res.reason
     else:
         assert res.facts["suite"]["speedup"] > 0 and not res.facts.get("untrusted"), res.facts
+
+
+ELAPSED_PATCH = r"""
+#include <pybind11/eval.h>
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+    pybind11::exec(R"(
+import torch
+_real = torch.cuda.Event.elapsed_time
+torch.cuda.Event.elapsed_time = lambda self, end: _real(self, end) * 0.25
+)");
+    m.def("backward", &backward);
+}
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_no_cuda() is not None, reason=_no_cuda() or "")
+def test_a_cuda_backward_kernel_that_quarters_its_event_timer_is_flagged(tmp_path):
+    """The issue's elapsed_time hack from a backward kernel: its runner's CUDA events report a
+    quarter of the time; the judge's own clock around each request does not agree."""
+    src = (DATA / "rkb_form" / "backward_relu.cu").read_text()
+    src = src.replace('PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("backward", &backward); }', ELAPSED_PATCH)
+    assert "elapsed_time" in src
+    k = tmp_path / "backward.cu"
+    k.write_text(src)
+    res, _ = verify(f"rkb:{RKB}#backward@multi", str(k), "torch_ext_cuda",
+                    [f"eval.cache_dir={tmp_path / 'cache'}", "eval.suite_perf_trials=20"])
+    assert res.correct, res.reason
+    assert "outside clock" in res.facts.get("untrusted", ""), res.facts

@@ -8,7 +8,7 @@ which path has each, and `kfray doctor` / the README print it.
 Paths: `kf_forward` (kfray's own form, the cpu and cuda backends: candidate in its runner, on
 memfd or CUDA IPC buffers), `suite` (KernelBench / robust-kbench forms, torch_ext_cpu and
 torch_ext_cuda: candidate in its runner), `in_judge` (forms that cannot run a candidate apart yet:
-SYCL, robust-kbench backward tasks; kfray.eval.state_check recycles such a judge when the
+SYCL; kfray.eval.state_check recycles such a judge when the
 candidate changed anything it can see, and voids the verdict of one that replaced a function or
 flipped a flag).
 """

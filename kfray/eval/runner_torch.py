@@ -202,8 +202,7 @@ class TorchSide:
         built its own, with the judge's shared parameters and buffers in place of its own."""
         import torch
 
-        from kfray.eval.suite.common import making, set_seed, to_module
-        from kfray.eval.suite.judge import state_of
+        from kfray.eval.suite.common import making, set_seed, state_of, to_module
 
         case = self.cases[int(req["case"])]
         with making(self.spec, self.device):

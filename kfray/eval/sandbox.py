@@ -6,7 +6,7 @@ clean zygote (kfray.eval.spawner): it works on buffers the judge shares with it 
 data-only wire (kfray.eval.wire). The judge answers the evaluator over the same kind of wire, so
 nothing that comes out of the sandbox is ever unpickled. A kernel that crashes or hangs ends its
 runner; the judge reports one failed evaluation. Forms that cannot run apart yet (backends with
-`Backend.split` False: SYCL; robust-kbench backward tasks) load the candidate in
+`Backend.split` False: SYCL) load the candidate in
 the judge, which is recycled when the candidate changed its state (kfray.eval.state_check;
 kfray.eval.defences lists which defences each path has).
 With `eval.isolation` on (kfray.eval.isolation), judge and runners also run in their own user,

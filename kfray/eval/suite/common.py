@@ -201,6 +201,13 @@ def to_module(m, device: str):
     return m.to(device) if hasattr(m, "to") else m
 
 
+def state_of(model) -> dict:
+    """A module's parameters and buffers by name (running statistics included)."""
+    if model is None or not hasattr(model, "named_parameters"):
+        return {}
+    return {n: p for n, p in list(model.named_parameters()) + list(model.named_buffers())}
+
+
 def gradients(model, xs) -> dict:
     """robust-kbench's collect_gradients: every parameter's .grad, then every input's."""
     out = {}

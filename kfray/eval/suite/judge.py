@@ -8,8 +8,8 @@ import numpy as np
 
 from kfray.candidate import TIER_RUNTIME_ERROR, TIER_WRONG_SHAPE, TIER_WRONG_VALUES
 from kfray.eval.suite.common import (LATE_WAIT_S, RKB, SUITE_NAMES, Verdict, all_close, allclose_reason, changed,
-                                     gradients, making, max_diff, outputs, overlaps, set_seed, snapshot, suite_seeds,
-                                     tensors, to_device, to_module)
+                                     gradients, making, max_diff, outputs, overlaps, set_seed, snapshot, state_of,
+                                     suite_seeds, tensors, to_device, to_module)
 from kfray.eval.suite.device_memory import DeviceMemory
 from kfray.eval.suite.runners import Case
 from kfray.tasks.suite_spec import SuiteSpec
@@ -24,13 +24,6 @@ def params_and_inputs(model, xs: list) -> tuple[list, list[str]]:
         ts.append(p)
         names.append(f"parameter {n}")
     return ts, names
-
-
-def state_of(model) -> dict:
-    """A module's parameters and buffers by name (running statistics included)."""
-    if model is None or not hasattr(model, "named_parameters"):
-        return {}
-    return {n: p for n, p in list(model.named_parameters()) + list(model.named_buffers())}
 
 
 def plain_name(n: str) -> str:

@@ -25,7 +25,7 @@ class Case:
     call_new: Callable[[Any, list], Any]
     prepare: Callable[[list], list] = lambda xs: xs    # where both sides see the inputs (remote_case)
     remote: Any = None                                 # the candidate's runner side, when it has one
-    index: int = 0                                     # its place in the task's configurations (the runner's name for it)
+    index: int = 0                                     # its place among the configurations (the runner's name for it)
 
 
 class RkbRunner:
