@@ -43,7 +43,7 @@ CASES = [
     ("collapse_loops", "matmul", "naive+parallel", ("parallelism", 1)),
     ("vector_math", "softmax", "twopass+simd", None),
     ("simd_width", "axpb", "simd", None),
-    ("simd_width", "softmax", "fused", None),
+    ("simd_width", "softmax", "twopass", None),
     ("assume_aligned", "axpb", "simd", None),
     ("assume_aligned", "matmul", "packed", None),
     ("prefetch", "matmul", "naive", ("memory", 3)),
