@@ -97,6 +97,28 @@ class TorchSide:
         self.sets[str(req["key"])] = xs
         return {"ok": True}, []
 
+    def _timed(self, fn, flush: int = 0) -> tuple[float, object]:
+        """(seconds, fn()): CUDA events around the call on the GPU, after an L2 flush of `flush`
+        bytes queued first (KernelBench's order: sync, flush, start, call), else perf_counter."""
+        if self.device != "cuda":
+            t0 = time.perf_counter()
+            res = fn()
+            return time.perf_counter() - t0, res
+        import torch
+
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if flush:
+            from kfray.eval.suite.common import flush_l2
+
+            flush_l2(flush)
+        start.record()
+        res = fn()
+        stop.record()
+        stop.synchronize()
+        s = start.elapsed_time(stop) / 1e3
+        torch.cuda.synchronize()
+        return s, res
+
     def _sync(self) -> None:
         if self.device == "cuda":
             import torch
@@ -117,25 +139,9 @@ class TorchSide:
         if req.get("fresh"):              # new tensors every call: nothing to memoise by identity
             xs = [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
         self._sync()
-        if self.device == "cuda":
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            flush = wire.integer(req.get("flush", 0), "flush bytes", 0, MAX_FLUSH_BYTES)
-            if flush:                     # KernelBench's order: sync, L2 flush (queued), start, call
-                from kfray.eval.suite.common import flush_l2
-
-                flush_l2(flush)
-            start.record()
-            with torch.no_grad():
-                res = case.call_new(model, xs)
-            stop.record()
-            stop.synchronize()
-            s = start.elapsed_time(stop) / 1e3
-            torch.cuda.synchronize()
-        else:
-            t0 = time.perf_counter()
-            with torch.no_grad():
-                res = case.call_new(model, xs)
-            s = time.perf_counter() - t0
+        flush = wire.integer(req.get("flush", 0), "flush bytes", 0, MAX_FLUSH_BYTES) if self.device == "cuda" else 0
+        with torch.no_grad():
+            s, res = self._timed(lambda: case.call_new(model, xs), flush)
         outs = outputs(res, "the kernel")
         if req.get("slot") is None:
             return self._export(outs, self.sets[str(req["inputs"])], {"s": s})
@@ -262,18 +268,7 @@ class TorchSide:
             raise RuntimeError("a backward with no forward before it")
         g = self.sets[str(req["grad"])][0]
         self._sync()
-        if self.device == "cuda":
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            out.backward(g)
-            stop.record()
-            stop.synchronize()
-            s = start.elapsed_time(stop) / 1e3
-            torch.cuda.synchronize()
-        else:
-            t0 = time.perf_counter()
-            out.backward(g)
-            s = time.perf_counter() - t0
+        s, _ = self._timed(lambda: out.backward(g))
         grads = [(f"param_{n}", p.grad) for n, p in b["model"].named_parameters() if p.grad is not None]
         grads += [(f"input_{i}", x.grad) for i, x in enumerate(xs) if getattr(x, "grad", None) is not None]
         names, ts = [n for n, _ in grads], [t.detach() for _, t in grads]
