@@ -3,28 +3,39 @@ so at the end the top few correct kernels of each task are timed again before a 
 
 Each is timed `search.retime_rounds` times, round-robin over the task's top kernels and over the
 evaluators of its hardware class, every time with its reference timed afresh beside it in the same
-job. A kernel's re-timed figure is the median of those speedups, with their range as the spread;
+job (on the CPU one job at a time: concurrent timings there share the cores and the memory bus). A kernel's re-timed figure is the median of those speedups, with their range as the spread;
 the task's best is the best by that median, and its first figure is kept beside it. The task's
 baseline seed is re-timed in the same rounds, so "vs seed" compares like with like.
 """
 from __future__ import annotations
 
+import json
 import statistics
 from typing import Any
 
 import ray
 
 from kfray.candidate import Candidate, EvalResult
+from kfray.source import source_hash
+
+
+def _kernel_key(c: dict, res: EvalResult) -> str:
+    """What was timed: the source at the setting its result was measured at. Candidates that share
+    it share one (cached) measurement, so re-timing two of them would time one kernel twice."""
+    params = res.facts.get("tuned_params") or c.get("params") or {}
+    return source_hash(c.get("source", "")) + json.dumps(params, sort_keys=True)
 
 
 def contenders(book, top: int) -> list[tuple[dict, dict]]:
-    """The task's `top` fastest trusted, correct kernels (candidate, result dicts), fastest first."""
+    """The task's `top` fastest trusted, correct kernels (candidate, result dicts), fastest first,
+    each a different kernel (source and setting)."""
     seen, out = set(), []
     for c, r in sorted(book.known.values(), key=lambda p: EvalResult.from_dict(p[1]).speedup, reverse=True):
         res = EvalResult.from_dict(r)
-        if res.speedup <= 0 or c["id"] in seen:
+        key = _kernel_key(c, res)
+        if res.speedup <= 0 or c["id"] in seen or key in seen:
             continue
-        seen.add(c["id"])
+        seen.update((c["id"], key))
         out.append((c, r))
         if len(out) == top:
             break
@@ -69,21 +80,23 @@ def retime_bests(co) -> dict[str, dict[str, Any]]:
     fields = {ref: _field(co, ref, book, top) for ref, book in co.ledger.tasks.items()}
     timed = {ref: top_k + ([seed] if seed and all(seed[0]["id"] != c["id"] for c, _ in top_k) else [])
              for ref, (top_k, seed) in fields.items()}
-    jobs: list[tuple[str, dict, Any]] = []          # (task, candidate dict, future)
+    jobs: list[tuple[str, dict, Any, bool]] = []    # (task, candidate dict, evaluator, alone)
     turn: dict[str, int] = {}
     for _ in range(rounds):
         for ref, pairs in timed.items():
             for c, r in pairs:
                 hc = co.by_label.get(r.get("hardware", "")) or co.classes[0]
                 k = turn[hc.label] = turn.get(hc.label, -1) + 1
-                ev = hc.evaluators[k % len(hc.evaluators)]
-                jobs.append((ref, c, ev.evaluate.remote(c, ref, False, True)))
+                # CPU evaluators share the machine's cores and memory bandwidth: two timed at once
+                # would slow each other, so the CPU's re-timings run one at a time.
+                jobs.append((ref, c, hc.evaluators[k % len(hc.evaluators)], hc.cfg.backend == "cpu"))
+    ahead = {i: ev.evaluate.remote(c, ref, False, True) for i, (ref, c, ev, alone) in enumerate(jobs) if not alone}
     got: dict[tuple[str, str], list[float]] = {}
     lost: dict[tuple[str, str], list[str]] = {}
-    for ref, c, fut in jobs:
+    for i, (ref, c, ev, alone) in enumerate(jobs):
         key = (ref, c["id"])
         try:
-            res = EvalResult.from_dict(ray.get(fut))
+            res = EvalResult.from_dict(ray.get(ev.evaluate.remote(c, ref, False, True) if alone else ahead[i]))
         except ray.exceptions.RayError as e:
             lost.setdefault(key, []).append(f"evaluator lost: {str(e).splitlines()[0][:200]}")
             continue

@@ -1,0 +1,29 @@
+"""The end-of-run re-timing picks its contenders among different kernels: candidates that share a
+source and setting share one measurement (the tuner's cache), and timing it twice would keep a
+lucky figure's rivals out of the re-timing."""
+from types import SimpleNamespace
+
+from kfray.candidate import TIER_CORRECT, EvalResult
+from kfray.driver.retime import contenders
+
+SRC_A = "extern \"C\" int kf_forward(float* y) { return 0; } // A\n// @kf.param NT in [0, 1]\n"
+SRC_B = "extern \"C\" int kf_forward(float* y) { return 0; } // B\n"
+
+
+def _pair(cid: str, src: str, params: dict, time_s: float, tuned: dict | None = None):
+    c = {"id": cid, "source": src, "params": params}
+    r = EvalResult(candidate_id=cid, tier=TIER_CORRECT, times={"n": time_s}, ref_times={"n": 1.0},
+                   facts={"tuned_params": tuned} if tuned else {})
+    return c, r.to_dict()
+
+
+def test_two_candidates_with_one_source_and_setting_are_one_contender():
+    book = SimpleNamespace(known={
+        "a1": _pair("a1", SRC_A, {"NT": 1}, 0.25, tuned={"NT": 0}),    # lucky: 4x, tuned to NT=0
+        "a2": _pair("a2", SRC_A, {"NT": 0}, 0.25),                      # the same kernel, same figure
+        "a3": _pair("a3", SRC_A, {"NT": 1}, 0.4),                       # the same source, other setting
+        "b1": _pair("b1", SRC_B, {}, 0.5),
+    })
+    ids = [c["id"] for c, _ in contenders(book, 2)]
+    assert ids[0] in ("a1", "a2") and ids[1] == "a3", ids
+    assert [c["id"] for c, _ in contenders(book, 5)][1:] == ["a3", "b1"]
