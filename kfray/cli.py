@@ -15,16 +15,21 @@ from kfray.proposers.preflight import preflight_llm
 DEFAULT_RUN_SECONDS = 50.0     # the default run's search: a first look at kfray in about a minute
 
 
+def limit_default_run(cfg, config_path) -> None:
+    """The default run (no config file, the offline proposer) proposes for DEFAULT_RUN_SECONDS, then
+    its queued kernels finish and its bests are re-timed; a config file, an LLM proposer or
+    --set search.time_limit_s (0: none) runs the budget out instead."""
+    if config_path is None and cfg.proposer.kind == "offline" and "search.time_limit_s" not in cfg.explicit:
+        cfg.search.time_limit_s = DEFAULT_RUN_SECONDS
+
+
 def _cmd_run(args) -> int:
     from kfray.config import load_config
     from kfray.report import print_summary
     from kfray.driver import run_search
 
     cfg = load_config(args.config, args.set or [])
-    if args.config is None and cfg.proposer.kind == "offline" and "search.time_limit_s" not in cfg.explicit:
-        # The default run proposes for DEFAULT_RUN_SECONDS (then its queued kernels finish and its
-        # bests are re-timed); a config file or --set search.time_limit_s=0 runs the budget out.
-        cfg.search.time_limit_s = DEFAULT_RUN_SECONDS
+    limit_default_run(cfg, args.config)
     if args.address:
         cfg.address = args.address
     if args.task:

@@ -59,3 +59,25 @@ def test_verify_runs_a_kernel_at_its_own_declared_parameter_values(tmp_path, cap
                  "--set", "eval.min_time_s=0.005", "--set", f"eval.cache_dir={tmp_path / 'cache'}"]) == 0
     out = capsys.readouterr().out
     assert "params    CH=1024, ROWS_PER_TASK=4" in out and "correct (tier 5)" in out, out
+
+
+def test_the_default_run_is_time_boxed_unless_a_config_or_a_setting_says_otherwise(tmp_path):
+    """`kfray run` alone proposes for DEFAULT_RUN_SECONDS (the README's "about a minute"); a
+    config file, an LLM proposer or an explicit search.time_limit_s keep their own limits."""
+    from kfray.cli import DEFAULT_RUN_SECONDS, limit_default_run
+    from kfray.config import load_config
+
+    plain = load_config(None, [])
+    limit_default_run(plain, None)
+    assert plain.search.time_limit_s == DEFAULT_RUN_SECONDS
+    unlimited = load_config(None, ["search.time_limit_s=0"])
+    limit_default_run(unlimited, None)
+    assert unlimited.search.time_limit_s == 0
+    llm = load_config(None, ["proposer.kind=llm"])
+    limit_default_run(llm, None)
+    assert llm.search.time_limit_s == 0
+    f = tmp_path / "own.yaml"
+    f.write_text("search:\n  budget: 100\n")
+    own = load_config(str(f), [])
+    limit_default_run(own, str(f))
+    assert own.search.time_limit_s == 0 and own.search.budget == 100
