@@ -82,11 +82,7 @@ class Evaluator:
                "suite_perf_trials": self.cfg.suite_perf_trials, "suite_time_budget_s": self.cfg.suite_time_budget_s,
                "suite_ref_pace": self.cfg.suite_ref_pace,
                "slow_factor": self.cfg.slow_factor, "max_timeout_s": self.cfg.max_timeout_s,
-               "input_seed": self.cfg.input_seed,
-               # On the CPU the reference is timed beside every kernel: the load of the cores it shares
-               # with the other evaluators and their builds drifts, and one figure per worker lifetime
-               # made speedups of different evaluators incomparable (axpb: 4-6x in the run, 2x re-timed).
-               "fresh_reference": retime or self.backend.name == "cpu"}
+               "input_seed": self.cfg.input_seed, "fresh_reference": retime}
         if retime:
             job["trials"] = 0
         with self.device_lock:

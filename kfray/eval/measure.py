@@ -49,7 +49,7 @@ __all__ = ["run_job", "Timings", "correct_result", "compare", "tolerance", "MIN_
            "check_correctness", "check_once", "time_fn", "roofline_flags"]
 
 _REF_TIMES: dict[tuple, float] = {}   # (task ref, shape) -> reference seconds, per worker lifetime
-                                      # (GPU backends; the CPU's and re-timings' are timed in every job)
+                                      # (a re-timing times it afresh; the driver keeps one per task)
 
 
 def _fail(tier: int, reason: str, stages: dict, **extra) -> dict:
