@@ -9,7 +9,8 @@ once per compiler into the compile cache, measures them with OpenMP on that many
 - FMA peak: 12 independent chains of fused multiply-adds per thread, in the widest vectors the
   compiler targets (AVX-512, AVX2, else scalar).
 
-Each figure is the best of several runs (a busy machine only ever lowers it). The result is kept
+Each figure is the best of several runs, PROBE_RUNS probes a little apart (a busy machine only
+ever lowers it). The result is kept
 under <cache>/devices, one file per CPU model, thread count and compiler, unless the machine was
 busy (the threads' FMA rate short of the thread count times one thread's: other work held cores),
 when it serves that run only; a failed probe gives no figures.
@@ -20,6 +21,7 @@ import json
 import os
 import re
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +124,8 @@ int main() {
 }
 """
 _FLAGS = ["-O3", "-march=native", "-fopenmp", "-std=c++17"]
+PROBE_RUNS = 3          # probe runs, each the best of its own rounds; the best of each figure is kept
+PROBE_GAP_S = 0.5       # (a run measured 21 GB/s copy where the machine's is 36-41: other work held it)
 
 
 def _slug(text: str) -> str:
@@ -145,13 +149,18 @@ def measure(cxx: str, version: str, threads: int, root: Path) -> dict[str, Any]:
     if not build_once([cxx, *_FLAGS, str(src)], exe):
         return {}
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "OMP_PROC_BIND": "false"}
-    try:
-        proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120, env=env)
-        out = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else {}
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        return {}
-    if not out or min(out.values()) <= 0:
-        return {}
+    out: dict[str, float] = {}
+    for attempt in range(PROBE_RUNS):      # a ceiling: the best of runs spread over a few seconds, so
+        if attempt:                        # that one moment of other work does not set it
+            time.sleep(PROBE_GAP_S)
+        try:
+            proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120, env=env)
+            got = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else {}
+        except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+            return {}
+        if not got or min(got.values()) <= 0:
+            return {}
+        out = {k: max(v, out.get(k, 0.0)) for k, v in got.items()}
     return {"machine_copy_gbps": max(out["copy_plain_gbps"], out["copy_nt_gbps"]),
             "machine_copy_plain_gbps": out["copy_plain_gbps"], "fp32_fma_peak_gflops": out["fma_peak_gflops"],
             "peaks_threads": threads,
