@@ -118,3 +118,36 @@ def test_a_hung_kernel_dies_with_its_evaluator(tmp_path):
         assert not any(_alive(p) for p in family), "the sandbox's judge or the kernel's runner outlived its evaluator"
     finally:
         proc.kill()
+
+
+_ALLOCATING_REFERENCE = """
+import resource, numpy as np
+x = np.ones(1 << 20, np.float32)
+def reference(x):          # as the axpb task's: a result and a temporary of 4 MiB on every call
+    return {"y": 1.5 * x + 0.5}
+for _ in range(3):
+    reference(x)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(20):
+    reference(x)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def _page_faults(env_extra: dict) -> int:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    out = subprocess.run([sys.executable, "-c", _ALLOCATING_REFERENCE], env={**env, **env_extra},
+                         capture_output=True, text=True, check=True)
+    return int(out.stdout.strip())
+
+
+def test_the_judges_heap_is_kept_so_an_allocating_reference_pays_no_page_faults_per_call():
+    """The judge times references that allocate their results (numpy's a * x + b). Under glibc's
+    defaults each call's 4 MiB blocks were mapped afresh and returned, about 1,000 page faults a
+    call, timed as the reference's; the judge's allocator settings keep the heap."""
+    from kfray.eval.sandbox import ALLOCATOR_ENV
+
+    steady = _page_faults(ALLOCATOR_ENV)
+    assert steady < 100, f"{steady} page faults in 20 calls with the judge's allocator settings"
+    churning = _page_faults({})                       # the control: glibc's defaults
+    assert churning > 5000, f"only {churning} page faults in 20 calls without them: the control shows nothing"
