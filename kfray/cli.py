@@ -12,7 +12,7 @@ from kfray.errors import KfrayError
 from kfray.proposers.preflight import preflight_llm
 
 
-DEFAULT_RUN_SECONDS = 50.0     # the default run's search: a first look at kfray in about a minute
+DEFAULT_RUN_SECONDS = 50.0     # the default run's proposing: the whole command then takes about 80 s
 
 
 def limit_default_run(cfg, config_path) -> None:

@@ -62,7 +62,7 @@ def test_verify_runs_a_kernel_at_its_own_declared_parameter_values(tmp_path, cap
 
 
 def test_the_default_run_is_time_boxed_unless_a_config_or_a_setting_says_otherwise(tmp_path):
-    """`kfray run` alone proposes for DEFAULT_RUN_SECONDS (the README's "about a minute"); a
+    """`kfray run` alone proposes for DEFAULT_RUN_SECONDS (the README's "about 80 s" in all); a
     config file, an LLM proposer or an explicit search.time_limit_s keep their own limits."""
     from kfray.cli import DEFAULT_RUN_SECONDS, limit_default_run
     from kfray.config import load_config

@@ -3,8 +3,9 @@ so at the end the top few correct kernels of each task are timed again before a 
 
 Each is timed `search.retime_rounds` times, round-robin over the task's top kernels and over the
 evaluators of its hardware class, every time with its reference timed afresh beside it in the same
-job (on the CPU one job at a time: concurrent timings there share the cores and the memory bus). A kernel's re-timed figure is the median of those speedups, with their range as the spread;
-the task's best is the best by that median, and its first figure is kept beside it. The task's
+job (on the CPU one job at a time: concurrent timings there share the cores and the memory bus).
+A kernel's re-timed figure is the median of those speedups, with their range as the spread; the
+task's best is the best by that median, and its first figure is kept beside it. The task's
 baseline seed is re-timed in the same rounds, so "vs seed" compares like with like.
 """
 from __future__ import annotations

@@ -133,7 +133,7 @@ SETUP_ALLOWANCE_S = 120.0
 JUDGE_ALLOC_CONF = "max_split_size_mb:64"
 # glibc's heap, held steady in the judge (and the runners it forks): a reference that allocates its
 # result and temporaries on every call (numpy's a * x + b, 4 MiB each) had them mapped afresh and
-# the heap trimmed after every call, so each call paid ~2,000 page faults: axpb's numpy reference
+# the heap trimmed after every call, so each call paid ~1,000 page faults: axpb's numpy reference
 # took 4.0 ms at n = 1M instead of 0.42 ms, 7.1 instead of 2.6 ms at 4M, and every CPU speedup
 # over such a reference was inflated by that much. Below 32 MiB (glibc's ceiling for this setting)
 # blocks come from the heap, which is kept rather than trimmed; the kernel allocates nothing.

@@ -10,10 +10,9 @@ once per compiler into the compile cache, measures them with OpenMP on that many
   compiler targets (AVX-512, AVX2, else scalar).
 
 Each figure is the best of several runs, PROBE_RUNS probes a little apart (a busy machine only
-ever lowers it). The result is kept
-under <cache>/devices, one file per CPU model, thread count and compiler, unless the machine was
-busy (the threads' FMA rate short of the thread count times one thread's: other work held cores),
-when it serves that run only; a failed probe gives no figures.
+ever lowers it). The result is kept under <cache>/devices, one file per CPU model, thread count
+and compiler, unless the machine was busy (the threads' FMA rate short of the thread count times
+one thread's: other work held cores), when it serves that run only; a failed probe gives no figures.
 """
 from __future__ import annotations
 

@@ -150,9 +150,7 @@ static inline void kf_rows(int64_t h, int64_t kc, const float* a, int64_t lda, i
 static inline void kf_pack_b(float* __restrict dst, const float* __restrict src, int64_t n, int64_t kc, int64_t w) {
     if (w == NR) {
         for (int64_t p = 0; p < kc; ++p) {
-#if defined(__AVX512F__) || defined(__AVX2__)
-            _mm_prefetch(reinterpret_cast<const char*>(src + (p + 16) * n), _MM_HINT_T0);   // B's rows are strided
-#endif
+            __builtin_prefetch(src + (p + 16) * n, 0, 3);     // B's rows are strided: the row 16 ahead, to L1
             #pragma omp simd
             for (int64_t j = 0; j < NR; ++j) dst[p * NR + j] = src[p * n + j];
         }
@@ -265,7 +263,7 @@ extern "C" int kf_forward(const float* __restrict A, const float* __restrict B, 
                         // the next A panel into L2 while this one computes, a share of its lines per B panel
                         for (int64_t r = 0; r < nexth; ++r)
                             for (int64_t l = jj * lines / npan; l < (jj + 1) * lines / npan; ++l)
-                                _mm_prefetch(reinterpret_cast<const char*>(A + (i0 + MR + r) * k + pc + 16 * l), _MM_HINT_T1);
+                                __builtin_prefetch(A + (i0 + MR + r) * k + pc + 16 * l, 0, 2);   // to L2
                         const int64_t jp = t < whole ? (first + jj) % npan : jj;
                         const int64_t j0 = jc + jp * NR, w = n - j0 < NR ? n - j0 : NR;
                         float* bp = bpack + jp * NR * kc;
