@@ -11,13 +11,12 @@ import numpy as np
 
 from kfray.candidate import TIER_WRONG_VALUES
 from kfray.eval.suite.common import (KB_PERF_TRIALS, KB_WARMUP, KERNELBENCH, L2_FLUSH_BYTES, RKB, RKB_PERF_TRIALS,
-                                     RKB_WARMUP, SUITE_NAMES, SUITE_SEED, Verdict, allclose_reason, flush_l2,
-                                     gradients, making, outputs, set_seed, tensors, to_device, to_module)
+                                     RKB_WARMUP, SUITE_NAMES, SUITE_SEED, WARM_SPIN_S, Verdict, allclose_reason,
+                                     flush_l2, gradients, making, outputs, set_seed, tensors, to_device, to_module)
 from kfray.eval.defences import clock_check
 from kfray.eval.remote import paused
 from kfray.eval.suite.judge import Judge
 
-PACE_SPIN_S = 200e-6              # the last stretch of a paced wait, spun rather than slept
 ROTATION_MAX_BYTES = 4 << 30      # inputs up to this size get a second set for the timed calls to alternate
 from kfray.eval.suite.runners import Case
 from kfray.tasks.suite_spec import SuiteSpec
@@ -48,8 +47,8 @@ class Clock:
         def keep_pace():
             if pace and starts:          # sleep, then spin the last stretch: a sleep overshoots by
                 until = starts[-1] + pace     # tens of microseconds, a share of a small task's period
-                if until - time.perf_counter() > PACE_SPIN_S:
-                    time.sleep(until - time.perf_counter() - PACE_SPIN_S)
+                if until - time.perf_counter() > WARM_SPIN_S:
+                    time.sleep(until - time.perf_counter() - WARM_SPIN_S)
                 while time.perf_counter() < until:
                     pass
             starts.append(time.perf_counter())
