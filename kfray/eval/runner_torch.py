@@ -28,6 +28,7 @@ class TorchSide:
         self.runner = runner
         self.models: dict[str, tuple] = {}           # key -> (case, model)
         self.bound: dict[str, dict] = {}             # key -> a backward side: case, model, its inputs, pending output
+        self._events = None                          # the timed calls' CUDA events (first record, inside the span)
         self.sets: dict[str, list] = {}              # key -> inputs as the judge shared them
         self.held: dict[int, list] = {}              # output id -> tensors the judge may be mapping
         self._ids = itertools.count(1)
@@ -113,7 +114,9 @@ class TorchSide:
             return time.perf_counter() - t0, res
         import torch
 
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if self._events is None:          # made once, as the judge's are: an event is created at its
+            self._events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+        start, stop = self._events
         if flush:
             from kfray.eval.suite.common import flush_l2
 

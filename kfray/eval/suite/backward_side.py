@@ -212,6 +212,8 @@ def request_overhead(judge, case, model, xs, g, reps: int = 5) -> float:
     cuda = judge.device == "cuda"
     model = copy.deepcopy(model)        # its own state: the runner's model shares the original's
     gaps, outs = [], []
+    if cuda:                            # made once, as the runner's are
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for _ in range(reps):
         xr = [x.detach().clone().requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) else x
               for x in xs]
@@ -221,7 +223,6 @@ def request_overhead(judge, case, model, xs, g, reps: int = 5) -> float:
         judge.sync()
         t0 = time.perf_counter()
         if cuda:
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             out.backward(g)
             stop.record()
