@@ -39,3 +39,21 @@ def tmp_cache(tmp_path, monkeypatch):
     d = tmp_path / "cache"
     monkeypatch.setenv("KFRAY_CACHE", str(d))
     return d
+
+
+@pytest.fixture(scope="session")
+def matmul_run(ray_local, tmp_path_factory):
+    """One real matmul search (g++ builds, real timings), shared by the tests that look at a finished
+    run: 2 islands, 2 evaluators, migrations every 2 generations, prompts evolved every 2 reports.
+    test_search checks the search itself, test_report renders it, test_qd_gradient reads its
+    transitions; none of them changes what the run wrote (reports go beside it)."""
+    from kfray.config import load_config
+    from kfray.driver import run_search
+
+    root = tmp_path_factory.mktemp("matmul_run")
+    cache = root / "cache"
+    cfg = load_config(None, ["tasks=[matmul]", "search.islands=2", "search.budget=14", "search.batch=2",
+                             "search.migrate_every=2", "eval.evaluators=2", "prompts.evolve_every=2",
+                             f"eval.cache_dir={cache}"])
+    summary = run_search(cfg, root / "run", progress=False)
+    return {"run_dir": root / "run", "summary": summary, "cfg": cfg, "cache": cache}

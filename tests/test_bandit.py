@@ -161,6 +161,8 @@ def test_budget_stops_the_island_cleanly():
 
 
 def test_token_budget_ends_a_real_run(ray_local, tmp_path, tmp_cache):
+    """A whole run on Ray stops once the LLM tokens are spent. The budget is the engine's, so the
+    evaluations run on the `sim` backend (a fixed time each, no compiler)."""
     import threading
 
     from kfray.driver import run_search
@@ -169,6 +171,7 @@ def test_token_budget_ends_a_real_run(ray_local, tmp_path, tmp_cache):
     with PerModelServer({"m-a": _good_answer(task), "m-b": "no code here"}) as srv:
         cfg = load_config(None, ["tasks=[softmax]", "search.islands=2", "search.retime_top=0", "search.budget=40", "search.batch=1",
                                  "eval.evaluators=1", "eval.tune_budget=0", "eval.trials=1",
+                                 "eval.backend=sim", "eval.simulate_s=0.3",
                                  f"eval.cache_dir={tmp_cache}", "proposer.kind=llm",
                                  f"proposer.base_url={srv.base_url}", "proposer.api_key_env=KFRAY_TEST_NO_KEY",
                                  "proposer.max_retries=0", "proposer.token_budget=4000", "proposer.bandit=true",

@@ -9,7 +9,7 @@ import sqlite3
 import pytest
 
 from kfray.candidate import Candidate, EvalResult
-from kfray.config import SearchConfig, load_config
+from kfray.config import SearchConfig
 from kfray.proposers.base import Elite
 from kfray.proposers.offline import OfflineProposer
 from kfray.search.archive import Archive
@@ -173,14 +173,9 @@ def test_directives_name_the_step():
     assert isl.directives(None, (1, 1, 1), (0, 0, 1)) == []
 
 
-def test_transitions_table_fills_during_a_run(ray_local, tmp_path, tmp_cache):
-    cfg = load_config(None, ["tasks=[matmul]", "search.islands=2", "search.retime_top=0", "search.budget=14", "search.batch=2",
-                             "eval.evaluators=2", "eval.tune_budget=0", "eval.trials=1",
-                             f"eval.cache_dir={tmp_cache}"])
-    from kfray.driver import run_search
-
-    run_search(cfg, tmp_path / "run", progress=False)
-    db = sqlite3.connect(tmp_path / "run" / "kfray.db")
+def test_transitions_table_fills_during_a_run(matmul_run):
+    """Read from the session's real matmul search (conftest.py's `matmul_run`, 2 islands, budget 14)."""
+    db = sqlite3.connect(matmul_run["run_dir"] / "kfray.db")
     db.row_factory = sqlite3.Row
     rows = list(db.execute("SELECT * FROM transitions WHERE task = 'matmul' ORDER BY id"))
     children = db.execute("SELECT COUNT(*) FROM candidates WHERE parent_id IS NOT NULL").fetchone()[0]

@@ -7,21 +7,16 @@ import sqlite3
 import pytest
 
 from kfray.cli import main
-from kfray.config import load_config
 from kfray.report.data import load_run
 from kfray.report.html import lineage_html, write_report
 from kfray.report.roofline import ceilings, shape_rows
-from kfray.driver import run_search
 
 
 @pytest.fixture(scope="module")
-def run_dir(ray_local, tmp_path_factory):
-    """One small matmul search (2 islands, migrations every generation, evolving prompts), shared."""
-    root = tmp_path_factory.mktemp("report")
-    cfg = load_config(None, ["tasks=[matmul]", "search.islands=2", "search.budget=12", "search.migrate_every=1",
-                             "prompts.evolve_every=2", f"eval.cache_dir={root / 'cache'}"])
-    run_search(cfg, root / "run", progress=False)
-    return root / "run"
+def run_dir(matmul_run):
+    """One small real matmul search (2 islands, migrations, evolving prompts): the session's
+    `matmul_run` (conftest.py), which test_search checks and these tests render."""
+    return matmul_run["run_dir"]
 
 
 def _images(html: str) -> list[str]:

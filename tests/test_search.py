@@ -1,26 +1,27 @@
-"""A real search on Ray: islands, evaluators, prompt evolver, store, migrations."""
+"""A real search on Ray: islands, evaluators, prompt evolver, store, migrations.
+
+One of the few end-to-end runs with real g++ builds and timings (the `matmul_run` fixture in
+conftest.py, shared with the report and QD-gradient tests): only a real run shows that the search
+beats its seed and that its figures agree with an independent timing."""
 from __future__ import annotations
 
 import json
 import sqlite3
 
-from kfray.config import load_config
-from kfray.driver import run_search
+import pytest
 
 
-def test_two_islands_two_evaluators_beat_the_seed(ray_local, tmp_path, tmp_cache):
-    cfg = load_config(None, ["tasks=[matmul]", "search.islands=2", "search.budget=14", "search.batch=2",
-                             "search.migrate_every=2", "eval.evaluators=2", "prompts.evolve_every=2",
-                             f"eval.cache_dir={tmp_cache}"])
-    summary = run_search(cfg, tmp_path / "run", progress=False)
+@pytest.mark.slow
+def test_two_islands_two_evaluators_beat_the_seed(matmul_run):
+    run_dir, summary, cfg, cache = (matmul_run[k] for k in ("run_dir", "summary", "cfg", "cache"))
     m = summary["tasks"]["matmul"]
     assert m["correct"] and m["best_speedup_vs_seed"] > 1.5, m
     assert summary["migrations"] >= 1
     assert summary["prompt_generations"] >= 2
     assert min(summary["per_evaluator"]) > 0, "both evaluators must take work"
-    assert (tmp_path / "run" / "best" / "matmul.cpp").read_text().count("kf_forward") == 1
+    assert (run_dir / "best" / "matmul.cpp").read_text().count("kf_forward") == 1
 
-    db = sqlite3.connect(tmp_path / "run" / "kfray.db")
+    db = sqlite3.connect(run_dir / "kfray.db")
     n, = db.execute("SELECT COUNT(*) FROM candidates WHERE task = 'matmul'").fetchone()
     assert n == m["evaluated"] <= 14
     parents = db.execute("SELECT COUNT(*) FROM candidates WHERE parent_id IS NOT NULL").fetchone()[0]
@@ -36,7 +37,7 @@ def test_two_islands_two_evaluators_beat_the_seed(ray_local, tmp_path, tmp_cache
     assert db.execute("SELECT COUNT(DISTINCT generation) FROM prompts").fetchone()[0] >= 2
     states = [json.loads(s) for s, in db.execute("SELECT state FROM islands")]
     assert len(states) == 2 and all(len(s["archive"]["elites"]) >= 3 for s in states)
-    summary_file = json.loads((tmp_path / "run" / "summary.json").read_text())
+    summary_file = json.loads((run_dir / "summary.json").read_text())
     assert summary_file["tasks"]["matmul"]["best_speedup_vs_seed"] == m["best_speedup_vs_seed"]
 
     # The best is named after re-timing: its figure is the median of its rounds, with the range and
@@ -48,9 +49,9 @@ def test_two_islands_two_evaluators_beat_the_seed(ray_local, tmp_path, tmp_cache
     from kfray.config import EvalConfig
     from kfray.eval.evaluator import Evaluator
 
-    ev = Evaluator("cpu", EvalConfig(cache_dir=str(tmp_cache), tune_budget=0))
+    ev = Evaluator("cpu", EvalConfig(cache_dir=str(cache), tune_budget=0))
     try:
-        src = (tmp_path / "run" / "best" / "matmul.cpp").read_text()
+        src = (run_dir / "best" / "matmul.cpp").read_text()
         c = Candidate(task="matmul", language="cpp", source=src, params=m["best_params"])
         own = EvalResult.from_dict(ev.evaluate(c, "matmul", False, True))
     finally:

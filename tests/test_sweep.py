@@ -267,7 +267,8 @@ def test_sweep_shares_one_token_budget_and_reports_both_baselines(ray_local, tmp
 
 def test_a_task_that_runs_out_of_new_kernels_leaves_its_budget_to_the_others(ray_local, tmp_path, tmp_cache):
     """One evaluation budget for the suite: a task whose islands can only repeat what was
-    evaluated stops early, and the evaluations it leaves go to the tasks that can use them."""
+    evaluated stops early, and the evaluations it leaves go to the tasks that can use them. The budget
+    is the engine's, so the evaluations run on the `sim` backend (a fixed time each, no compiler)."""
     import shutil
 
     from kfray.config import load_config
@@ -281,8 +282,8 @@ def test_a_task_that_runs_out_of_new_kernels_leaves_its_budget_to_the_others(ray
         '#include <cstdint>\n#include <cstring>\nextern "C" int kf_forward(const float* x, float* y, float alpha, '
         'int64_t n) {\n    std::memcpy(y, x, n * sizeof(float));\n    return alpha == 1.0f ? 0 : 0;\n}\n')
     shutil.copytree(DATA / "packages" / "vscale", tmp_path / "pkgs" / "vscale")
-    cfg = load_config(None, ["search.retime_top=0", "search.islands=2", "eval.evaluators=2", "eval.backend=cpu", "eval.tune_budget=0",
-                             f"eval.cache_dir={tmp_cache}"])
+    cfg = load_config(None, ["search.retime_top=0", "search.islands=2", "eval.evaluators=2", "eval.backend=sim",
+                             "eval.simulate_s=0.3", "eval.tune_budget=0", f"eval.cache_dir={tmp_cache}"])
     refs, skipped = plan(str(tmp_path / "pkgs"), None, None, "cpp", offline=True)
     assert len(refs) == 2 and not skipped
     s = run_sweep(cfg, refs, tmp_path / "sweep", skipped, progress=False, budget_total=16)

@@ -2,7 +2,8 @@
 
 Nodes: a CPU-only head; node "gpuA-1" and "gpuA-2" advertising one GPU each of accelerator type
 A (Ray can advertise GPUs that are not physically there); node "sycl" advertising sycl_gpu.
-Evaluators run the CPU backend but ask for those resources, so placement is what is tested.
+Evaluators run the `sim` backend (each evaluation a fixed time, no compiler) but ask for those
+resources, so placement and the engine's handling of the lost node are what is tested.
 Mid-search, node gpuA-2 is removed. Prints one JSON line with what the test checks.
 """
 import json
@@ -30,6 +31,7 @@ node_names = {gpu1.node_id: "gpuA-1", gpu2.node_id: "gpuA-2", sycl.node_id: "syc
 budget = 36
 cfg = load_config(None, [
     "tasks=[matmul]", "search.islands=2", f"search.budget={budget}", "search.batch=2", "search.migrate_every=2",
+    "eval.backend=sim", "eval.simulate_s=0.5", "eval.tune_budget=0", "search.retime_top=0",
     "hardware=[{label: gpuA, evaluators: 2, num_gpus: 1, num_cpus: 1, resources: {'accelerator_type:A': 0.001}},"
     " {label: syclgpu, evaluators: 1, num_cpus: 1, resources: {sycl_gpu: 1}}]",
 ])
