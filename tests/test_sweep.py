@@ -110,11 +110,12 @@ def test_tasks_command_lists_loads_and_errors(capsys):
     assert "axpb" in out and "matmul" in out
 
 
+@pytest.mark.slow
 def test_sweep_of_three_packages_on_two_evaluators(ray_local, tmp_path, tmp_cache):
     from kfray.config import load_config
 
     cfg = load_config(None, ["search.retime_top=0", "search.islands=2", "search.budget=6", "eval.evaluators=2", "eval.backend=cpu",
-                             "search.migrate_every=1"])
+                             "search.migrate_every=1", "eval.tune_budget=0", f"eval.cache_dir={tmp_cache}"])
     refs, skipped = plan(str(DATA / "packages"), None, None, "cpp", offline=True)
     assert len(refs) == 3 and not skipped
     s = run_sweep(cfg, refs, tmp_path / "sweep", skipped, progress=False, budget_total=18)
@@ -138,6 +139,7 @@ def test_sweep_of_three_packages_on_two_evaluators(ray_local, tmp_path, tmp_cach
     assert (run / "sweep_tasks.csv").is_file() and (run / "summary.json").is_file()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not on PATH")
 def test_sweep_of_two_robust_kbench_tasks_in_the_suites_form_on_two_evaluators(ray_local, tmp_path, tmp_cache):
     pytest.importorskip("torch")
@@ -145,7 +147,7 @@ def test_sweep_of_two_robust_kbench_tasks_in_the_suites_form_on_two_evaluators(r
     from kfray.verify import verify
 
     cfg = load_config(None, ["search.retime_top=0", "search.islands=1", "search.budget=2", "eval.evaluators=2", "eval.timeout_s=120",
-                             "eval.backend=torch_ext_cpu", "eval.suite_perf_trials=10"])
+                             "eval.backend=torch_ext_cpu", "eval.suite_perf_trials=10", f"eval.cache_dir={tmp_cache}"])
     refs, skipped = plan(str(DATA / "rkb_form"), None, None, "suite", offline=True)
     assert sorted(r.rsplit("/", 1)[-1] for r in refs) == ["linear_relu", "linear_relu#backward"] and not skipped
     s = run_sweep(cfg, refs, tmp_path / "sweep", skipped, progress=False, budget_total=4)
@@ -158,7 +160,8 @@ def test_sweep_of_two_robust_kbench_tasks_in_the_suites_form_on_two_evaluators(r
     assert len(best) == 2
     for ref in refs:                           # each best kernel is a file the suite's form takes as it is
         f = next(b for b in best if b.stem.endswith("backward") == ref.endswith("#backward"))
-        res, _ = verify(ref, str(f), None, ["eval.suite_perf_trials=5"])
+        # (the sweep's compile cache: a best file that is the kernel the sweep built is not built twice)
+        res, _ = verify(ref, str(f), None, ["eval.suite_perf_trials=5", f"eval.cache_dir={tmp_cache}"])
         assert res.correct and res.facts["suite"]["name"] == "robust-kbench", res.reason
 
 
