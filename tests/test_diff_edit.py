@@ -8,7 +8,7 @@ from kfray.prompts.budget import Section, estimate_tokens, fit
 from kfray.prompts.builder import build_messages
 from kfray.proposal import Elite, ProposalContext
 from kfray.proposers.diff_edit import EditError, apply_edits, has_edits, parse_edits
-from kfray.proposers.slots import Slots, default_limit
+from kfray.proposers.slots import LINGER_S, Slots, default_limit
 from kfray.tasks import load_task
 
 PARENT = """\
@@ -95,6 +95,28 @@ def test_slots_fifo_limit_and_lease():
     assert default_limit("http://127.0.0.1:8080/v1", 0) == 1
     assert default_limit("https://api.example.com/v1", 0) == 16
     assert default_limit("http://localhost:8080/v1", 3) == 3
+
+
+def test_slots_serve_the_earliest_batch_first_then_arrival():
+    s = Slots(limit=1)
+    assert s.try_take("a1", now=0.0, rank=1.0)
+    assert not s.try_take("b1", now=0.1, rank=2.0)      # island b's batch began after a's
+    assert not s.try_take("a2", now=0.2, rank=1.0)      # a's next request arrives later, ranks first
+    s.release("a1")
+    assert not s.try_take("b1", now=0.3) and s.try_take("a2", now=0.3)
+    s.release("a2")
+    assert not s.try_take("c", now=0.4, rank=2.0)       # b's rank and later: b first (arrival)
+    assert s.try_take("b1", now=0.4) and s.stats()["waiting"] == 1
+    s.release("b1")
+    assert s.try_take("c", now=0.5)
+    assert s.stats() == {"limit": 1, "in_flight": 1, "waiting": 0, "granted": 4, "peak": 1}
+    # a slot freed with the time lingers for the next request of its batch: a later batch's
+    # waiter polling in between does not cut in; after LINGER_S it may
+    s.release("c", now=1.0)
+    assert not s.try_take("d", now=1.0 + LINGER_S / 2, rank=9.0)
+    assert s.try_take("c2", now=1.0 + LINGER_S / 2 + 0.01, rank=2.0)
+    s.release("c2", now=2.0)
+    assert not s.try_take("d", now=2.0 + LINGER_S / 2) and s.try_take("d", now=2.0 + LINGER_S)
 
 
 def test_fit_keeps_essentials_and_drops_by_priority():

@@ -369,3 +369,33 @@ def test_a_local_one_slot_endpoint_gets_islands_and_batch_that_keep_it_busy():
     assert fit_to_endpoint(remote) == "" and remote.search.batch == 2
     offline = load_config(None, [])
     assert fit_to_endpoint(offline) == "" and offline.search.islands == 4
+
+
+def test_an_islands_batch_is_answered_whole_before_a_later_islands_request():
+    """On a one-at-a-time server, island A's batch (3 requests, begun first) is answered whole
+    before island B's request, which arrived while A's first was being answered: A's batch goes to
+    evaluation after 3 answers, not after all 4 (first come, first served interleaved them)."""
+    with ScriptedServer([ANSWER], delay_s=0.4, serial=True) as srv:
+        a, b = LLMProposer(_cfg(srv)), LLMProposer(_cfg(srv))
+        a.batch_began = time.time()
+        b.batch_began = a.batch_began + 0.05
+        done: list[str] = []
+
+        def island(p, name, n):
+            for k in range(n):
+                p.complete([{"role": "user", "content": f"{name}{k}"}])
+                done.append(f"{name}{k}")
+
+        ta = threading.Thread(target=island, args=(a, "A", 3))
+        tb = threading.Thread(target=island, args=(b, "B", 1))
+        ta.start()
+        deadline = time.time() + 30
+        while not srv.requests and time.time() < deadline:
+            time.sleep(0.01)
+        tb.start()                         # A's first request is being answered; B asks now
+        ta.join(30)
+        tb.join(30)
+        asked = [r["messages"][-1]["content"] for r in srv.requests]
+    assert srv.max_in_flight == 1
+    assert asked == ["A0", "A1", "A2", "B0"], asked
+    assert done == ["A0", "A1", "A2", "B0"], done

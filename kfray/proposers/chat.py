@@ -87,8 +87,10 @@ class Endpoint:
         # the prompt is estimated from its characters
         return Answer(text, sum(len(str(m.get("content", ""))) for m in messages) // 4, chunks)
 
-    def complete(self, model: str, messages: list[dict], max_tokens: int | None = None) -> Answer:
-        """One answer, retried on transient errors; raises KfrayError naming the endpoint."""
+    def complete(self, model: str, messages: list[dict], max_tokens: int | None = None,
+                 rank: float | None = None) -> Answer:
+        """One answer, retried on transient errors; raises KfrayError naming the endpoint. `rank`:
+        its place among the requests waiting for a slot (kfray.proposers.slots)."""
         cfg = self.cfg
         attempts = cfg.max_retries + 1
         holder = uuid.uuid4().hex
@@ -96,7 +98,7 @@ class Endpoint:
         for attempt in range(attempts):
             t0 = time.monotonic()
             try:
-                with self.slots.hold(holder):
+                with self.slots.hold(holder, rank):
                     t1 = time.monotonic()
                     waited += t1 - t0
                     try:

@@ -111,6 +111,9 @@ class LLMProposer(Proposer):
         self.modes = {m: [0, 0.0] for m in MODES}    # edit mode -> [rewards, reward sum] (auto)
         self.written: dict[str, tuple[str, str]] = {}  # candidate id -> (model, edit mode)
         self.last: dict = {}                   # what the last proposal cost and how it parsed
+        # when this proposer's current batch began (wall time, set by its island): every request
+        # of the batch waits for a slot with that rank (kfray.proposers.slots); None: when sent
+        self.batch_began: float | None = None
 
     # -- choosing a model, accounting ------------------------------------------------------------
 
@@ -163,7 +166,7 @@ class LLMProposer(Proposer):
         `purpose` is what the request is accounted as (kfray.proposers.models.PURPOSES)."""
         spec = spec or self.choose()
         try:
-            ans = self.endpoints[spec.model].complete(spec.model, messages)
+            ans = self.endpoints[spec.model].complete(spec.model, messages, rank=self.batch_began)
         except KfrayError:
             self.usage["failures"] += 1
             self.ledger.charge(spec.model, 0, 0, 0.0, failed=True)

@@ -5,8 +5,12 @@ requests queue inside the server past the client's timeout, the client drops the
 send them again. Instead, a caller first takes a slot here and only then sends its request; the
 wait for a slot is not part of the request, so it never counts against the request's timeout.
 
-`Slots` is the pure bookkeeping: a FIFO of waiters and leases that expire unless renewed, so a
-process that died holding a slot gives it back within `lease_s`. `SlotsActor` is its Ray shell
+`Slots` is the pure bookkeeping: waiters served in the order of their rank, then of arrival, and
+leases that expire unless renewed, so a process that died holding a slot gives it back within
+`lease_s`. A request's rank is when its island's batch began (kfray.proposers.llm): an island that
+began first gets each of its requests (the proposals of its batch, a retry as a whole file, a
+repair) before islands that began later, so its batch goes to evaluation whole while theirs wait,
+rather than every batch being finished only when all of them are. `SlotsActor` is its Ray shell
 (a named actor per endpoint, found by every island); `LocalSlots` serves a process without Ray.
 """
 from __future__ import annotations
@@ -21,6 +25,10 @@ from urllib.parse import urlparse
 
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
 LEASE_S = 30.0              # a holder renews every LEASE_S / 3; a dead one's slot frees after this
+# A freed slot waits this long for the next request of the batch that freed it before a later
+# batch may take it: between two requests of a batch its island reads the answer and writes the
+# next prompt, and a waiter polling meanwhile would otherwise cut in.
+LINGER_S = 0.25
 _POLL_S = 0.05
 
 
@@ -68,7 +76,9 @@ class Slots:
     def __init__(self, limit: int):
         self.limit = max(1, int(limit))
         self.held: dict[str, float] = {}        # holder -> lease expiry
-        self.queue: deque[str] = deque()
+        self.queue: deque[str] = deque()        # waiters, in arrival order
+        self.rank: dict[str, float] = {}        # waiter or holder -> rank (lower first; ties by arrival)
+        self.linger: tuple[float, float] | None = None    # (rank, until): a slot kept for that batch
         self.granted = 0
         self.peak = 0
 
@@ -78,16 +88,23 @@ class Slots:
     def _expire(self, now: float) -> None:
         for h in [h for h, t in self.held.items() if t <= now]:
             del self.held[h]
+            self.rank.pop(h, None)
 
-    def try_take(self, holder: str, now: float, lease_s: float = LEASE_S) -> bool:
-        """Queue `holder` (once) and grant it a slot if it is at the head and one is free."""
+    def try_take(self, holder: str, now: float, lease_s: float = LEASE_S, rank: float | None = None) -> bool:
+        """Queue `holder` (once, with its rank: arrival order where none is given) and grant it a
+        slot if it comes first among the waiters and one is free."""
         self._expire(now)
         if holder in self.held:
             return True
         if holder not in self.queue:
             self.queue.append(holder)
-        if self.queue[0] == holder and len(self.held) < self.limit:
-            self.queue.popleft()
+            self.rank[holder] = now if rank is None else float(rank)
+        mine = self.rank.get(holder, 0.0)
+        first = min(self.queue, key=lambda h: self.rank.get(h, 0.0))    # min keeps arrival order on ties
+        if self.linger and (now >= self.linger[1] or mine <= self.linger[0]):
+            self.linger = None
+        if first == holder and len(self.held) < self.limit - (self.linger is not None):
+            self.queue.remove(holder)
             self.held[holder] = now + lease_s
             self.granted += 1
             self.peak = max(self.peak, len(self.held))
@@ -100,8 +117,11 @@ class Slots:
             return True
         return False
 
-    def release(self, holder: str) -> None:
-        self.held.pop(holder, None)
+    def release(self, holder: str, now: float | None = None) -> None:
+        """Give the slot back; with `now`, it lingers LINGER_S for its batch's next request."""
+        if self.held.pop(holder, None) is not None and now is not None:
+            self.linger = (self.rank.get(holder, 0.0), now + LINGER_S)
+        self.rank.pop(holder, None)
         try:
             self.queue.remove(holder)
         except ValueError:
@@ -118,9 +138,9 @@ class SlotsActor:
     def __init__(self, limit: int):
         self.slots = Slots(limit)
 
-    async def acquire(self, holder: str, limit: int, lease_s: float = LEASE_S) -> bool:
+    async def acquire(self, holder: str, limit: int, lease_s: float = LEASE_S, rank: float | None = None) -> bool:
         self.slots.set_limit(limit)
-        while not self.slots.try_take(holder, time.monotonic(), lease_s):
+        while not self.slots.try_take(holder, time.monotonic(), lease_s, rank):
             await asyncio.sleep(_POLL_S)
         return True
 
@@ -128,7 +148,7 @@ class SlotsActor:
         return self.slots.renew(holder, time.monotonic(), lease_s)
 
     def release(self, holder: str) -> None:
-        self.slots.release(holder)
+        self.slots.release(holder, time.monotonic())
 
     def stats(self) -> dict:
         return self.slots.stats()
@@ -141,11 +161,11 @@ class LocalSlots:
         self.slots = Slots(limit)
         self._lock = threading.Lock()
 
-    def acquire(self, holder: str, limit: int, lease_s: float = LEASE_S) -> bool:
+    def acquire(self, holder: str, limit: int, lease_s: float = LEASE_S, rank: float | None = None) -> bool:
         while True:
             with self._lock:
                 self.slots.set_limit(limit)
-                if self.slots.try_take(holder, time.monotonic(), lease_s):
+                if self.slots.try_take(holder, time.monotonic(), lease_s, rank):
                     return True
             time.sleep(_POLL_S)
 
@@ -155,7 +175,7 @@ class LocalSlots:
 
     def release(self, holder: str) -> None:
         with self._lock:
-            self.slots.release(holder)
+            self.slots.release(holder, time.monotonic())
 
     def stats(self) -> dict:
         with self._lock:
@@ -211,9 +231,11 @@ class EndpointSlots:
         return self._call("stats")
 
     @contextmanager
-    def hold(self, holder: str):
+    def hold(self, holder: str, rank: float | None = None):
+        """A slot for `holder` while inside; `rank` orders the waiters (lower first; the same
+        clock for every caller of the endpoint: monotonic on one machine is not, so wall time)."""
         t0 = time.monotonic()
-        self._call("acquire", holder, self.limit, LEASE_S)
+        self._call("acquire", holder, self.limit, LEASE_S, time.time() if rank is None else rank)
         self.waited_s += time.monotonic() - t0
         stop = threading.Event()
 

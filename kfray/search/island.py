@@ -8,6 +8,7 @@ from __future__ import annotations
 import difflib
 import random
 import re
+import time
 from typing import Any, Callable
 
 from kfray.candidate import Candidate, EvalResult
@@ -141,6 +142,8 @@ class Island:
         """n children of parents drawn from this island's archive (fewer once the proposer is exhausted),
         after the repairs of failed children, which the budget does not count again."""
         out = []
+        if hasattr(self.proposer, "batch_began"):     # an LLM's requests queue by their batch's start
+            self.proposer.batch_began = time.time()
         while self.repairs and not self.proposer.exhausted:
             out.append(self._fix(*self.repairs.pop(0)))
         for _ in range(n):
