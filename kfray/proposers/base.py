@@ -22,6 +22,9 @@ class Proposer(ABC):
         """True once the proposer's budget (tokens, cost) is spent: the island stops proposing."""
         return False
 
+    def begin_batch(self) -> None:
+        """An island starts asking for a batch of children (an LLM proposer ranks its requests by it)."""
+
     def feedback(self, cand: Candidate, record: dict) -> None:
         """What became of a child this proposer wrote (an island's ingest record); default: ignored."""
 

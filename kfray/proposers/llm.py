@@ -115,6 +115,9 @@ class LLMProposer(Proposer):
         # of the batch waits for a slot with that rank (kfray.proposers.slots); None: when sent
         self.batch_began: float | None = None
 
+    def begin_batch(self) -> None:
+        self.batch_began = time.time()
+
     # -- choosing a model, accounting ------------------------------------------------------------
 
     def choose(self, rng=None):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import difflib
 import random
 import re
-import time
 from typing import Any, Callable
 
 from kfray.candidate import Candidate, EvalResult
@@ -33,8 +32,7 @@ def source_similarity(a: str, b: str) -> float:
     ta, tb = _TOKEN.findall(normalize(a)), _TOKEN.findall(normalize(b))
     if not ta and not tb:
         return 1.0
-    m = difflib.SequenceMatcher(None, ta, tb, autojunk=False)
-    return m.ratio()
+    return difflib.SequenceMatcher(None, ta, tb, autojunk=False).ratio()
 
 
 class Island:
@@ -142,8 +140,7 @@ class Island:
         """n children of parents drawn from this island's archive (fewer once the proposer is exhausted),
         after the repairs of failed children, which the budget does not count again."""
         out = []
-        if hasattr(self.proposer, "batch_began"):     # an LLM's requests queue by their batch's start
-            self.proposer.batch_began = time.time()
+        self.proposer.begin_batch()
         while self.repairs and not self.proposer.exhausted:
             out.append(self._fix(*self.repairs.pop(0)))
         for _ in range(n):
