@@ -232,8 +232,9 @@ class EndpointSlots:
 
     @contextmanager
     def hold(self, holder: str, rank: float | None = None):
-        """A slot for `holder` while inside; `rank` orders the waiters (lower first; the same
-        clock for every caller of the endpoint: monotonic on one machine is not, so wall time)."""
+        """A slot for `holder` while inside; `rank` orders the waiters, lower first. Ranks are wall
+        time (now, where none is given): the callers of one endpoint may be on several machines,
+        and monotonic clocks are not comparable across them."""
         t0 = time.monotonic()
         self._call("acquire", holder, self.limit, LEASE_S, time.time() if rank is None else rank)
         self.waited_s += time.monotonic() - t0
