@@ -9,16 +9,64 @@ import pytest
 
 # One precompiled torch/extension.h for the whole session (a minute and 0.75 GB to build): every
 # test's private compile cache would otherwise build its own. Set before Ray starts, so the
-# evaluator actors see it too.
+# evaluator actors see it too, and before pytest-xdist starts its workers, so they share it (its
+# build is under a file lock); the process that made it removes it at the end.
+_MADE_PCH_DIR = not os.environ.get("KFRAY_PCH_DIR")
 _PCH_DIR = os.environ.get("KFRAY_PCH_DIR") or tempfile.mkdtemp(prefix="kfray-test-pch-")
 os.environ["KFRAY_PCH_DIR"] = _PCH_DIR
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _shared_torch_pch():
-    yield _PCH_DIR
-    if os.path.basename(_PCH_DIR).startswith("kfray-test-pch-"):
+def pytest_unconfigure(config):
+    if _MADE_PCH_DIR:
         shutil.rmtree(_PCH_DIR, ignore_errors=True)
+
+
+# --- spreading the suite over pytest-xdist workers (README: `-n auto --dist loadgroup`) ----------
+# A file's tests run on one worker (its module fixtures are made once); the three files that read
+# the shared matmul run go together (it is made once); and the longest tests (each over ~15 s on
+# 2 cores) go first, each on its own, so that no worker is left with a long test at the end while
+# the other idles. A test missing from this list only costs time, never a result.
+LONG_FIRST = (
+    "test_cu_extension_compiles_with_nvcc", "test_sweep_of_two_robust_kbench_tasks_in_the_suites_form_on_two_evaluators",
+    "test_a_backward_kernel_that_rewrites_the_comparisons_of_its_process_is_still_rejected",
+    "test_a_kernel_whose_forked_processes_keep_its_request_thread_waiting_does_not_hide_a_patched_clock",
+    "test_a_load_inline_modelnew_is_built_into_the_compile_cache_once",
+    "test_sweep_shares_one_token_budget_and_reports_both_baselines", "test_default_run_through_the_cli",
+    "test_heterogeneous_cluster_placement_and_node_loss",
+    "test_a_kernel_that_keeps_its_own_request_thread_waiting_does_not_hide_a_patched_clock",
+    "test_sigterm_ends_a_run_cleanly_and_resume_finishes_it",
+    "test_an_llm_search_evolves_a_kernelbench_task_in_kernelbenchs_form",
+    "test_driver_sigkilled_then_resumed_loses_nothing_and_repeats_nothing",
+    "test_short_search_on_opencl_cpu_beats_its_seed", "test_a_modelnew_that_slows_the_references_torch_function_gains_nothing",
+    "test_robust_kbench_forward_extension_is_timed_the_suites_way",
+    "test_robust_kbench_backward_kernels_run_through_the_tasks_autograd_function",
+    "test_a_run_on_a_one_at_a_time_server", "test_a_modelnew_that_patches_the_clocks_is_flagged",
+    "test_ray_start_up_lines_stay_out_of_the_terminal_unless_verbose",
+    "test_a_kernel_far_slower_than_its_reference_is_charged_a_timeout_that_says_so",
+)
+SHARED_RUN_FILES = ("test_search.py", "test_report.py", "test_qd_gradient.py")
+
+
+def _work_unit(item) -> tuple[int, str]:
+    """(order, group) of a test for pytest-xdist's loadgroup scheduling."""
+    name = item.originalname or item.name
+    if name in LONG_FIRST:
+        return LONG_FIRST.index(name), f"{item.path.name}::{name}"
+    if item.path.name in SHARED_RUN_FILES:
+        return len(LONG_FIRST), "matmul_run"
+    return len(LONG_FIRST) + 1, item.path.name
+
+
+def pytest_collection_modifyitems(config, items):
+    units = {id(it): _work_unit(it) for it in items}
+    for it in items:
+        it.add_marker(pytest.mark.xdist_group(units[id(it)][1]))
+    items.sort(key=lambda it: units[id(it)][0])     # stable: files keep their order after the long tests
+
+
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: a worker per core, at most 4 (each worker starts its own Ray instance)."""
+    return max(1, min(4, os.cpu_count() or 1))
 
 
 @pytest.fixture(scope="session")
