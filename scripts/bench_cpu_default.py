@@ -49,6 +49,7 @@ def one_run(extra: list[str], fresh_cache: bool, keep: bool = False) -> dict:
         out["tasks"][name] = {"best_vs_reference": t.get("best_speedup_vs_reference") if t.get("correct") else None,
                               "best_params": t.get("best_params"),
                               "share_of_copy_bw": roof.get("share_of_copy_bw"),
+                              "share_of_copy_same_way": roof.get("share_of_copy_same_way"),
                               "share_of_fma_peak": roof.get("share_of_fma_peak"),
                               "machine_copy_gbps": roof.get("machine_copy_gbps"),
                               "fma_peak_gflops": roof.get("fp32_fma_peak_gflops"),
@@ -79,26 +80,30 @@ def main() -> int:
     tasks = sorted({t for r in runs for t in r["tasks"]})
     med = {"wall_seconds": median([r["wall_seconds"] for r in runs]), "tasks": {
         t: {k: median([r["tasks"].get(t, {}).get(k) for r in runs])
-            for k in ("best_vs_reference", "share_of_copy_bw", "share_of_fma_peak", "machine_copy_gbps",
+            for k in ("best_vs_reference", "share_of_copy_same_way", "share_of_copy_bw", "share_of_fma_peak",
+                      "machine_copy_gbps",
                       "fma_peak_gflops")} for t in tasks}}
     met = {}
     for t in ("softmax", "matmul"):
         met[t] = (med["tasks"].get(t, {}).get("best_vs_reference") or 0) >= TARGETS[t][1]
-    met["axpb"] = (med["tasks"].get("axpb", {}).get("share_of_copy_bw") or 0) >= TARGETS["axpb"][1]
+    # axpb against a copy of its footprint timed as it is (median call); the best-call copy beside it
+    met["axpb"] = (med["tasks"].get("axpb", {}).get("share_of_copy_same_way") or 0) >= TARGETS["axpb"][1]
     met["wall"] = (med["wall_seconds"] or 1e9) < TARGETS["wall"][1]
 
     print(f"\nkfray default run, {a.runs} run(s), medians; {os.cpu_count()} cores; "
           f"{'fresh' if a.fresh_cache else 'warm'} compile cache")
-    print(f"{'task':9}{'vs numpy':>10}{'of copy bw':>12}{'of FMA peak':>13}   target")
+    print(f"{'task':9}{'vs numpy':>10}{'of copy':>9}{'of best copy':>14}{'of FMA peak':>13}   target")
     for t in tasks:
         m = med["tasks"][t]
         fmt = (lambda v, pct=False: "-" if v is None else (f"{v * 100:.0f}%" if pct else f"{v:.2f}x"))
         name, goal, unit = TARGETS.get(t, ("", 0, ""))
         goal_text = f"{name} >= {goal * 100:.0f}%" if unit == "%" else f"{name} >= {goal}x"
-        print(f"{t:9}{fmt(m['best_vs_reference']):>10}{fmt(m['share_of_copy_bw'], True):>12}"
+        print(f"{t:9}{fmt(m['best_vs_reference']):>10}{fmt(m['share_of_copy_same_way'], True):>9}"
+              f"{fmt(m['share_of_copy_bw'], True):>14}"
               f"{fmt(m['share_of_fma_peak'], True):>13}   {goal_text}: {'met' if met.get(t) else 'NOT met'}")
     some = next((m for m in med["tasks"].values() if m.get("machine_copy_gbps")), {})
-    print(f"machine: copy {some.get('machine_copy_gbps')} GB/s, FMA peak {some.get('fma_peak_gflops')} GFLOP/s")
+    print(f"machine: copy {some.get('machine_copy_gbps')} GB/s (best call), FMA peak {some.get('fma_peak_gflops')} "
+          "GFLOP/s; 'of copy': against a copy of the same footprint timed as the kernel is (median call)")
     print(f"wall time {med['wall_seconds']} s (runs: {[r['wall_seconds'] for r in runs]}); target < 90 s: "
           f"{'met' if met['wall'] else 'NOT met'}")
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)

@@ -124,3 +124,30 @@ def test_roofline_entry_shares_and_bound():
     assert r["bound"] == "compute" and roofline_cell(r) == "50% FMA"
     assert "50% of the FMA peak" in roofline_text(r)
     assert roofline_entry(mm, {"sq256": 1e-3}, {}) == {}             # no figures: no entry
+
+
+def test_a_memory_bound_best_is_held_against_a_copy_timed_the_same_way():
+    """The copy of the same footprint, timed by median call (as a kernel is), is the memory bound's
+    share; the best-call copy stays beside it."""
+    from kfray.eval.backends.cpu_peaks import roofline_entry
+    from kfray.report.roofline import roofline_cell, roofline_text
+
+    peaks = {"machine_copy_gbps": 20.0, "fp32_fma_peak_gflops": 300.0, "peaks_threads": 2}
+    axpb = load_task("axpb")
+    times = {s: axpb.cost(s)[0] / 15e9 for s in axpb.shapes}          # 15 GB/s on every shape
+    r = roofline_entry(axpb, times, peaks, {s: 16.0 for s in axpb.shapes})
+    assert r["share_of_copy_bw"] == pytest.approx(0.75, abs=1e-3)
+    assert r["share_of_copy_same_way"] == pytest.approx(15 / 16, abs=1e-3) == r["share_of_bound"]
+    assert roofline_cell(r) == "94% copy"
+    assert "94% of a copy of the same footprint" in roofline_text(r) and "75% of the machine's best-call" in roofline_text(r)
+    half = roofline_entry(axpb, times, peaks, {next(iter(axpb.shapes)): 16.0})   # not every shape: not used
+    assert "share_of_copy_same_way" not in half and half["share_of_bound"] == half["share_of_copy_bw"]
+
+
+def test_the_probe_times_a_copy_of_a_footprint_by_its_median_call(tmp_path):
+    from kfray.eval.backends.cpu import compiler, compiler_version
+    from kfray.eval.backends.cpu_peaks import copy_like_a_kernel
+
+    cxx = compiler()
+    gbps = copy_like_a_kernel(cxx, compiler_version(cxx), 1, tmp_path, 8 << 20, 4)
+    assert 0.5 < gbps < 500, gbps                 # a real memory rate, read + write of 8 MiB a call

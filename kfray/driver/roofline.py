@@ -1,14 +1,18 @@
 """The end-of-run roofline of each CPU task's best: the machine's measured copy bandwidth and
 fp32 FMA peak (kfray.eval.backends.cpu_peaks, measured once per machine and thread count, here on
 the driver's machine, which for a CPU run on one machine is the evaluators' own) and the best's
-share of them, per shape and overall, as the GPU's facts give its copy bandwidth and fp32 rate."""
+share of them, per shape and overall, as the GPU's facts give its copy bandwidth and fp32 rate.
+A memory-bound best is also held against a copy of each shape's footprint timed as the harness
+timed the best (its median call over the same rotation), measured here at the end of the run,
+when the search no longer loads the machine."""
 from __future__ import annotations
 
 from typing import Any
 
 from kfray.config import kernel_threads
 from kfray.eval.backends.cpu import compiler, compiler_version, cpu_facts
-from kfray.eval.backends.cpu_peaks import cache_root, cpu_peaks, roofline_entry
+from kfray.eval.backends.cpu_peaks import cache_root, copy_like_a_kernel, cpu_peaks, roofline_entry
+from kfray.eval.timed_runs import rotation
 
 
 def machine_peaks(cfg) -> dict[str, Any]:
@@ -16,6 +20,25 @@ def machine_peaks(cfg) -> dict[str, Any]:
     cxx = compiler()
     threads = kernel_threads(cfg)
     return cpu_peaks(cxx, compiler_version(cxx), cpu_facts()["name"], threads, cache_root(cfg))
+
+
+def copies_like_the_best(cfg, task, times: dict[str, float], peaks: dict[str, Any]) -> dict[str, float]:
+    """shape -> GB/s of a copy of that shape's footprint, rotated and timed as the harness timed the
+    kernel (cpu_peaks.copy_like_a_kernel); for the shapes the machine's copy bandwidth bounds."""
+    bw, peak = float(peaks.get("machine_copy_gbps") or 0), float(peaks.get("fp32_fma_peak_gflops") or 0)
+    if bw <= 0 or peak <= 0:
+        return {}
+    cxx = compiler()
+    out = {}
+    for shape in times:
+        nbytes, flops = task.cost(shape) if shape in task.shapes else (0, 0)
+        if nbytes <= 0 or flops / nbytes >= peak / bw:     # compute-bound: the FMA peak is its ceiling
+            continue
+        sets = rotation(task, shape, int(cpu_facts().get("cache_bytes") or 32 << 20))
+        gbps = copy_like_a_kernel(cxx, compiler_version(cxx), kernel_threads(cfg), cache_root(cfg), nbytes, sets)
+        if gbps > 0:
+            out[shape] = gbps
+    return out
 
 
 def add_rooflines(co, per_task: dict[str, dict[str, Any]]) -> None:
@@ -32,6 +55,11 @@ def add_rooflines(co, per_task: dict[str, dict[str, Any]]) -> None:
                 peaks[threads] = machine_peaks(hc.cfg)
             except Exception:       # noqa: BLE001 - figures for the summary, never a failed run
                 peaks[threads] = {}
-        roof = roofline_entry(co.tasks[ref], best[1].times, peaks[threads])
+        task = co.tasks[ref]
+        try:
+            same_way = copies_like_the_best(hc.cfg, task, best[1].times, peaks[threads])
+        except Exception:           # noqa: BLE001 - as above
+            same_way = {}
+        roof = roofline_entry(task, best[1].times, peaks[threads], same_way)
         if roof:
             entry["roofline"] = roof

@@ -84,7 +84,9 @@ def roofline_text(roof: dict) -> str:
     per = roof.get("per_shape", {})
     gbps = max((p["gbps"] for p in per.values()), default=0.0)
     gflops = max((p["gflops"] for p in per.values()), default=0.0)
-    return (f"{roof['share_of_copy_bw'] * 100:.0f}% of the measured copy bandwidth "
+    same = (f"{roof['share_of_copy_same_way'] * 100:.0f}% of a copy of the same footprint timed the same way "
+            f"(median call), " if roof.get("share_of_copy_same_way") else "")
+    return (f"{same}{roof['share_of_copy_bw'] * 100:.0f}% of the machine's best-call copy bandwidth "
             f"({roof['machine_copy_gbps']:.1f} GB/s; best shape {gbps:.1f} GB/s), "
             f"{roof['share_of_fma_peak'] * 100:.0f}% of the FMA peak ({roof['fp32_fma_peak_gflops']:.0f} GFLOP/s; "
             f"best shape {gflops:.1f} GFLOP/s) on {roof.get('threads') or '?'} thread(s); {roof['bound']} bound")
