@@ -10,6 +10,8 @@ import sqlite3
 
 import pytest
 
+from kfray.tasks import load_task
+
 
 @pytest.mark.slow
 def test_two_islands_two_evaluators_beat_the_seed(matmul_run):
@@ -45,6 +47,12 @@ def test_two_islands_two_evaluators_beat_the_seed(matmul_run):
     low, high = m["best_spread"]
     assert m["best_speedup_first"] > 0 and low <= m["best_speedup_vs_reference"] <= high
     assert m["retimed"][m["best_candidate"]]["rounds"] == cfg.search.retime_rounds, json.dumps(m["retimed"])
+    # the roofline is of the re-timed figure: its rate per shape is the re-timed median time's
+    again = m["retimed"][m["best_candidate"]]["times"]
+    task = load_task("matmul")
+    assert set(again) == set(task.shapes)
+    for shape, t in again.items():
+        assert m["roofline"]["per_shape"][shape]["gflops"] == pytest.approx(task.cost(shape)[1] / t / 1e9, abs=0.1)
     from kfray.candidate import Candidate, EvalResult
     from kfray.config import EvalConfig
     from kfray.eval.evaluator import Evaluator

@@ -43,13 +43,17 @@ def contenders(book, top: int) -> list[tuple[dict, dict]]:
     return out
 
 
-def summarize(first: float, speedups: list[float], lost: list[str] = ()) -> dict[str, Any]:
+def summarize(first: float, speedups: list[float], lost: list[str] = (), times: list[dict] = ()) -> dict[str, Any]:
     """A kernel's re-timed figure: median and range of the rounds that stayed correct, and why
-    each other round counts for nothing (a user asks why a best was timed fewer times than set)."""
+    each other round counts for nothing (a user asks why a best was timed fewer times than set).
+    `times` (each round's seconds per shape) gives the median per shape, for the CPU roofline."""
     out: dict[str, Any] = {"first": round(first, 4), "retimed": 0.0, "low": 0.0, "high": 0.0, "rounds": 0}
     if speedups:
         out.update(retimed=round(statistics.median(speedups), 4), low=round(min(speedups), 4),
                    high=round(max(speedups), 4), rounds=len(speedups))
+    shapes = set.intersection(*(set(t) for t in times)) if times else set()
+    if shapes:
+        out["times"] = {s: statistics.median(t[s] for t in times) for s in sorted(shapes)}
     if lost:
         out["lost_rounds"] = list(lost)
     return out
@@ -93,6 +97,7 @@ def retime_bests(co) -> dict[str, dict[str, Any]]:
                 jobs.append((ref, c, hc.evaluators[k % len(hc.evaluators)], hc.cfg.backend == "cpu"))
     ahead = {i: ev.evaluate.remote(c, ref, False, True) for i, (ref, c, ev, alone) in enumerate(jobs) if not alone}
     got: dict[tuple[str, str], list[float]] = {}
+    times: dict[tuple[str, str], list[dict]] = {}
     lost: dict[tuple[str, str], list[str]] = {}
     for i, (ref, c, ev, alone) in enumerate(jobs):
         key = (ref, c["id"])
@@ -103,12 +108,13 @@ def retime_bests(co) -> dict[str, dict[str, Any]]:
             continue
         if res.speedup > 0:
             got.setdefault(key, []).append(res.speedup)
+            times.setdefault(key, []).append(dict(res.times))
         else:
             lost.setdefault(key, []).append(f"tier {res.tier}: {res.reason[:300]}")
     out: dict[str, dict[str, Any]] = {}
     for ref, (top_k, seed) in fields.items():
         figures = {c["id"]: summarize(EvalResult.from_dict(r).speedup, got.get((ref, c["id"]), []),
-                                            lost.get((ref, c["id"]), []))
+                                            lost.get((ref, c["id"]), []), times.get((ref, c["id"]), []))
                    for c, r in timed[ref]}
         kernels = {c["id"]: figures[c["id"]] for c, _ in top_k}
         if kernels:
