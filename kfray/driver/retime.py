@@ -17,6 +17,7 @@ from typing import Any
 import ray
 
 from kfray.candidate import Candidate, EvalResult
+from kfray.driver.roofline import task_copies
 from kfray.source import source_hash
 
 
@@ -43,10 +44,12 @@ def contenders(book, top: int) -> list[tuple[dict, dict]]:
     return out
 
 
-def summarize(first: float, speedups: list[float], lost: list[str] = (), times: list[dict] = ()) -> dict[str, Any]:
+def summarize(first: float, speedups: list[float], lost: list[str] = (), times: list[dict] = (),
+              copies: list[dict] = ()) -> dict[str, Any]:
     """A kernel's re-timed figure: median and range of the rounds that stayed correct, and why
     each other round counts for nothing (a user asks why a best was timed fewer times than set).
-    `times` (each round's seconds per shape) gives the median per shape, for the CPU roofline."""
+    `times` (each round's seconds per shape) gives the median per shape, and `copies` (each round's
+    copy of the same footprints, GB/s per shape) the median copy, for the CPU roofline."""
     out: dict[str, Any] = {"first": round(first, 4), "retimed": 0.0, "low": 0.0, "high": 0.0, "rounds": 0}
     if speedups:
         out.update(retimed=round(statistics.median(speedups), 4), low=round(min(speedups), 4),
@@ -54,6 +57,9 @@ def summarize(first: float, speedups: list[float], lost: list[str] = (), times: 
     shapes = set.intersection(*(set(t) for t in times)) if times else set()
     if shapes:
         out["times"] = {s: statistics.median(t[s] for t in times) for s in sorted(shapes)}
+    copied = set.intersection(*(set(c) for c in copies)) if copies and all(copies) else set()
+    if copied:
+        out["copy_gbps_same_way"] = {s: round(statistics.median(c[s] for c in copies), 2) for s in sorted(copied)}
     if lost:
         out["lost_rounds"] = list(lost)
     return out
@@ -85,36 +91,45 @@ def retime_bests(co) -> dict[str, dict[str, Any]]:
     fields = {ref: _field(co, ref, book, top) for ref, book in co.ledger.tasks.items()}
     timed = {ref: top_k + ([seed] if seed and all(seed[0]["id"] != c["id"] for c, _ in top_k) else [])
              for ref, (top_k, seed) in fields.items()}
-    jobs: list[tuple[str, dict, Any, bool]] = []    # (task, candidate dict, evaluator, alone)
+    jobs: list[tuple[str, dict, Any, bool, int]] = []    # (task, candidate dict, evaluator, alone, round)
     turn: dict[str, int] = {}
-    for _ in range(rounds):
+    cfg_of: dict[str, Any] = {}
+    for rnd in range(rounds):
         for ref, pairs in timed.items():
             for c, r in pairs:
                 hc = co.by_label.get(r.get("hardware", "")) or co.classes[0]
                 k = turn[hc.label] = turn.get(hc.label, -1) + 1
                 # CPU evaluators share the machine's cores and memory bandwidth: two timed at once
                 # would slow each other, so the CPU's re-timings run one at a time.
-                jobs.append((ref, c, hc.evaluators[k % len(hc.evaluators)], hc.cfg.backend == "cpu"))
-    ahead = {i: ev.evaluate.remote(c, ref, False, True) for i, (ref, c, ev, alone) in enumerate(jobs) if not alone}
+                jobs.append((ref, c, hc.evaluators[k % len(hc.evaluators)], hc.cfg.backend == "cpu", rnd))
+                cfg_of[ref] = hc.cfg
+    ahead = {i: ev.evaluate.remote(c, ref, False, True) for i, (ref, c, ev, alone, _) in enumerate(jobs) if not alone}
     got: dict[tuple[str, str], list[float]] = {}
     times: dict[tuple[str, str], list[dict]] = {}
+    copies: dict[tuple[int, str], dict] = {}          # (round, task) -> the copy timed right after its kernels
+    rounds_of: dict[tuple[str, str], list[int]] = {}  # the rounds a kernel stayed correct in
     lost: dict[tuple[str, str], list[str]] = {}
-    for i, (ref, c, ev, alone) in enumerate(jobs):
+    for i, (ref, c, ev, alone, rnd) in enumerate(jobs):
         key = (ref, c["id"])
         try:
             res = EvalResult.from_dict(ray.get(ev.evaluate.remote(c, ref, False, True) if alone else ahead[i]))
         except ray.exceptions.RayError as e:
             lost.setdefault(key, []).append(f"evaluator lost: {str(e).splitlines()[0][:200]}")
             continue
+        finally:    # the CPU's ceiling, timed beside the kernels it is held against (driver/roofline.py)
+            if alone and (i + 1 == len(jobs) or jobs[i + 1][0] != ref or jobs[i + 1][4] != rnd):
+                copies[(rnd, ref)] = task_copies(cfg_of[ref], co.tasks[ref])
         if res.speedup > 0:
             got.setdefault(key, []).append(res.speedup)
             times.setdefault(key, []).append(dict(res.times))
+            rounds_of.setdefault(key, []).append(rnd)
         else:
             lost.setdefault(key, []).append(f"tier {res.tier}: {res.reason[:300]}")
     out: dict[str, dict[str, Any]] = {}
     for ref, (top_k, seed) in fields.items():
         figures = {c["id"]: summarize(EvalResult.from_dict(r).speedup, got.get((ref, c["id"]), []),
-                                            lost.get((ref, c["id"]), []), times.get((ref, c["id"]), []))
+                                      lost.get((ref, c["id"]), []), times.get((ref, c["id"]), []),
+                                      [copies.get((k, ref)) or {} for k in rounds_of.get((ref, c["id"]), [])])
                    for c, r in timed[ref]}
         kernels = {c["id"]: figures[c["id"]] for c, _ in top_k}
         if kernels:
