@@ -13,6 +13,9 @@ Reported per task and mode, and in all: proposals per minute, the share of answe
 (a code block, or edits that apply), compile before and after repair, are correct before and after
 repair, the best speedup over the reference, prompt and completion tokens per request, and seconds
 per proposal (repair included). Writes scripts/results/llm_local_<date>.md and .json.
+
+`python scripts/bench_llm.py run [--base-url URL --model NAME]` instead runs a whole search with the
+model and checks issue 29's targets on it (scripts/bench_llm_run.py).
 """
 from __future__ import annotations
 
@@ -138,6 +141,11 @@ def table(groups: dict[str, dict]) -> str:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["run"]:           # issue 29's targets on a whole run (scripts/bench_llm_run.py)
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from bench_llm_run import main as run_main
+        return run_main(argv[1:])
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--base-url", default="http://127.0.0.1:8080/v1")
     ap.add_argument("--model", default="qwen2.5-coder-1.5b")
