@@ -76,3 +76,30 @@ def test_nvcc_messages_name_the_same_fixes():
            'kernel.cu(3): error: identifier "BLOCK" is undefined\n')
     fixed, done = fix(child, msg, "// @kf.param BLOCK in [32, 64]\n" + child)
     assert "#include <algorithm>" in fixed and "// @kf.param BLOCK in [32, 64]" in fixed, done
+
+
+@needs_gxx
+def test_slips_seen_in_a_later_run_with_the_same_model(tmp_path):
+    """From a 45-minute run with Qwen2.5-Coder-1.5B (2026-12-04): an OpenMP call without <omp.h>, a C
+    header named without its `c`, and `collapse` on a `#pragma omp parallel` with no loop of its own."""
+    omp = HEAD + SIG + "    #pragma omp parallel\n    {\n        const int t = omp_get_num_threads();\n" \
+        "        if (omp_get_thread_num() == 0) for (int64_t i = 0; i < n; ++i) y[i] = x[i] * t / t;\n    }\n" \
+        "    return 0;\n}\n"
+    rc, msg = gxx(tmp_path, omp)
+    assert rc != 0 and "omp_get_num_threads" in msg
+    fixed, done = fix(omp, msg)
+    assert "#include <omp.h>" in fixed and gxx(tmp_path, fixed)[0] == 0, (done, fixed)
+
+    bad_name = "#include <stdint>\n" + SIG + "    for (int64_t i = 0; i < n; ++i) y[i] = x[i];\n    return 0;\n}\n"
+    rc, msg = gxx(tmp_path, bad_name)
+    assert rc != 0 and "stdint" in msg
+    fixed, done = fix(bad_name, msg)
+    assert fixed.startswith("#include <cstdint>\n") and gxx(tmp_path, fixed)[0] == 0, (done, fixed)
+
+    clause = HEAD + SIG + "    #pragma omp parallel collapse(2) num_threads(2)\n    {\n" \
+        "        #pragma omp for\n        for (int64_t i = 0; i < n; ++i) y[i] = x[i];\n    }\n    return 0;\n}\n"
+    rc, msg = gxx(tmp_path, clause)
+    assert rc != 0 and "is not valid for" in msg
+    fixed, done = fix(clause, msg)
+    assert "#pragma omp parallel num_threads(2)\n" in fixed and gxx(tmp_path, fixed)[0] == 0, (done, fixed)
+    assert done == ["dropped collapse from #pragma omp parallel"]

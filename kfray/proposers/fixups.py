@@ -2,8 +2,10 @@
 
 A small model's compile errors are mostly of a few kinds that need no model to fix (seen with a
 1.5B model: a `std::` name without its header, a template parameter the child uses but no longer
-declares, `collapse` on a loop that is not a nest). Each fix here changes only what a compiler
-message names exactly, and says what it did; anything else is left to the model's repair.
+declares, `collapse` on a loop that is not a nest; and in a later run, `omp_get_num_threads`
+without <omp.h>, `#include <stdint>`, and `collapse` on a `#pragma omp parallel` that has no
+loop). Each fix here changes only what a compiler message names exactly, and says what it did;
+anything else is left to the model's repair.
 """
 from __future__ import annotations
 
@@ -32,6 +34,15 @@ _HINT = re.compile(r"#include <([\w./]+)>")
 _UNDECLARED = re.compile(r"['‘`\"](\w+)['’`\"] was not declared in this scope|identifier \"(\w+)\" is undefined")
 _COLLAPSE = re.compile(r":(\d+):\d+: error: not enough (?:for )?loops to collapse|"
                        r"\((\d+)\): error: .*collapse")
+# A name used without `std::` that the compiler says is undeclared: its header, where it is a C
+# library or OpenMP name (not a kernel's own name: those are the model's, or a parameter's).
+PLAIN_HEADERS = {**{n: h for n, h in STD_HEADERS.items() if h in ("cmath", "cstring", "cstdint", "cstddef")},
+                 **dict.fromkeys(("malloc", "free", "aligned_alloc", "calloc", "realloc", "abort"), "cstdlib"),
+                 **dict.fromkeys(("printf", "fprintf", "snprintf"), "cstdio")}
+# A C header named without `.h` or its C++ `c` prefix (`#include <stdint>`): the C++ form.
+C_HEADERS = ("stdint", "stddef", "stdlib", "stdio", "math", "string", "limits", "assert", "float")
+_NO_FILE = re.compile(r"fatal error: ([\w./]+): No such file or directory|cannot open source file \"([\w./]+)\"")
+_BAD_CLAUSE = re.compile(r":(\d+):\d+: error: ['‘`\"](\w+)['’`\"] is not valid for ['‘`\"]#pragma omp ([\w ]+)['’`\"]")
 _PARAM = re.compile(r"^[ \t]*//[ \t]*@kf\.param[ \t]+(\w+)\b.*$", re.M)
 _INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"]([^>\"]+)[>\"].*$", re.M)
 
@@ -45,6 +56,44 @@ def missing_headers(source: str, diagnostics: str) -> list[str]:
     want = [h for h in _HINT.findall(diagnostics) if "/" not in h]
     want += [STD_HEADERS[n] for n in names if n in STD_HEADERS]
     return [h for h in dict.fromkeys(want) if h not in have]
+
+
+def plain_headers(source: str, diagnostics: str) -> list[str]:
+    """Headers of the C library and OpenMP names the compiler says are undeclared, not included."""
+    have = set(_INCLUDE.findall(source))
+    want = []
+    for a, b in _UNDECLARED.findall(diagnostics):
+        name = a or b
+        if name.startswith("omp_"):
+            want.append("omp.h")
+        elif name in PLAIN_HEADERS:
+            want.append(PLAIN_HEADERS[name])
+    return [h for h in dict.fromkeys(want) if h not in have]
+
+
+def renamed_headers(source: str, diagnostics: str) -> tuple[str, list[str]]:
+    """`#include <stdint>` and the like, which the compiler cannot find, as `#include <cstdint>`."""
+    done = []
+    for a, b in _NO_FILE.findall(diagnostics):
+        name = a or b
+        if name in C_HEADERS:
+            new, n = re.subn(rf"^([ \t]*#[ \t]*include[ \t]*)[<\"]{name}[>\"]", rf"\1<c{name}>", source, flags=re.M)
+            if n:
+                source = new
+                done.append(f"<{name}> as <c{name}>")
+    return source, done
+
+
+def drop_bad_clauses(source: str, diagnostics: str) -> tuple[str, list[str]]:
+    """Without each OpenMP clause the compiler names as not valid for its pragma, on that line."""
+    lines = source.splitlines(keepends=True)
+    done = []
+    for line, clause, pragma in _BAD_CLAUSE.findall(diagnostics):
+        at = int(line) - 1
+        if 0 <= at < len(lines) and "#pragma omp" in lines[at] and clause in lines[at]:
+            lines[at] = re.sub(rf"[ \t]*\b{clause}\b(?:[ \t]*\([^()]*\))?", "", lines[at], count=1)
+            done.append(f"dropped {clause} from #pragma omp {pragma.strip()}")
+    return "".join(lines), done
 
 
 def add_includes(source: str, headers: list[str]) -> str:
@@ -97,11 +146,16 @@ def fix(source: str, diagnostics: str, parent_source: str | None = None) -> tupl
     if dropped is not None:
         out = dropped
         done.append("dropped collapse on a loop that is not a nest")
+    out, dropped_clauses = drop_bad_clauses(out, diagnostics)
+    done += dropped_clauses
+    out, renamed = renamed_headers(out, diagnostics)    # same number of lines
+    done += ["included " + r for r in renamed]
     params = carried_params(out, diagnostics, parent_source)
     if params:
         out = add_param_lines(out, list(params.values()))
         done.append("carried the parent's @kf.param " + ", ".join(params))
     headers = missing_headers(out, diagnostics)
+    headers += [h for h in plain_headers(out, diagnostics) if h not in headers]
     if headers:
         out = add_includes(out, headers)
         done.append("added " + ", ".join(f"<{h}>" for h in headers))
