@@ -156,14 +156,23 @@ def time_case(judge: Judge, clock: Clock, case: Case, seed: int, side: str, warm
             ts = clock.samples(call, warmup, trials, before, budget_s, pace=pace)
         last[0] = gradients(model, xs)
     else:
+        # The candidate's runner calls the kernel on fresh clones of the inputs, made just before
+        # the flush; the paced reference does the same. The clone's GPU work matters, not only its
+        # memory: on the H200 a call that followed an idle GPU read 0.5-1.7 % slower than one that
+        # followed a clone (level-1 references measured 1.012x against themselves without it).
+        fresh = [xs] if side == "ref" and case.remote is not None and not compiled else None
+
+        def clone_inputs():
+            fresh[0] = [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
+
         def call():
             last[0] = None                 # one output alive at a time: full-size problems are large
-            last[0] = call_side(model, xs)
+            last[0] = call_side(model, fresh[0] if fresh else xs)
 
         with torch.no_grad():
             if remote is None:
                 with hold:
-                    ts = clock.samples(call, warmup, trials, None, budget_s, pace=pace)
+                    ts = clock.samples(call, warmup, trials, clone_inputs if fresh else None, budget_s, pace=pace)
             else:                 # the candidate's own times, held against the judge's clock
                 log = remote.start_timing(trials, L2_FLUSH_BYTES if clock.flush_l2 else 0)
                 try:
