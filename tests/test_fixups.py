@@ -103,3 +103,29 @@ def test_slips_seen_in_a_later_run_with_the_same_model(tmp_path):
     fixed, done = fix(clause, msg)
     assert "#pragma omp parallel num_threads(2)\n" in fixed and gxx(tmp_path, fixed)[0] == 0, (done, fixed)
     assert done == ["dropped collapse from #pragma omp parallel"]
+
+
+@needs_gxx
+def test_a_helper_the_parent_defines_is_carried_with_what_it_uses(tmp_path):
+    """A child that rewrote only kf_forward and still calls the parent's helper (seen as `kf_row` and
+    `kf_slice` with the 1.5B model): the helper comes over with the helpers, macros (a whole #if
+    group), parameters and includes it uses; a name the parent does not define is left alone."""
+    parent = HEAD + "#include <cmath>\n// @kf.param SCALE in [2, 3]\n" \
+        "#if defined(__AVX512F__)\n#define KF_W 16\n#else\n#define KF_W 8\n#endif\n" \
+        "namespace kfm {\nstatic inline float twice(float v) { return SCALE * v; }\n}\n" \
+        "// one piece of the output\n" \
+        "static void kf_piece(const float* x, float* y, int64_t lo, int64_t hi) {\n" \
+        "    for (int64_t i = lo; i < hi; ++i) y[i] = std::fabs(kfm::twice(x[i])) + 0 * KF_W;\n}\n\n" \
+        + SIG + "    kf_piece(x, y, 0, n);\n    return 0;\n}\n"
+    child = HEAD + SIG + "    #pragma omp parallel for\n    for (int64_t p = 0; p < n; p += 64)\n" \
+        "        kf_piece(x, y, p, p + 64 < n ? p + 64 : n);\n    return 0;\n}\n"
+    rc, msg = gxx(tmp_path, child)
+    assert rc != 0 and "kf_piece" in msg
+    fixed, done = fix(child, msg, parent)
+    assert "carried the parent's kfm, kf_piece" in done, done
+    assert "#define KF_W 16\n#else\n#define KF_W 8" in fixed and "// @kf.param SCALE in [2, 3]" in fixed
+    assert fixed.index("static void kf_piece") < fixed.index('extern "C"') and "#pragma omp parallel for" in fixed
+    assert gxx(tmp_path, fixed, "-DSCALE=2")[0] == 0, fixed
+    unknown = child.replace("kf_piece(x, y, p", "kf_other(x, y, p")
+    rc, msg = gxx(tmp_path, unknown)
+    assert rc != 0 and fix(unknown, msg, parent) is None      # not the parent's: the model's to fix

@@ -361,12 +361,16 @@ def test_a_local_one_slot_endpoint_gets_islands_and_batch_that_keep_it_busy():
     local = ["proposer.kind=llm", "proposer.base_url=http://127.0.0.1:8080/v1", "proposer.model=m"]
     cfg = load_config(None, local)
     line = fit_to_endpoint(cfg)
-    assert (cfg.search.batch, cfg.search.islands) == (1, 2)
+    assert (cfg.search.batch, cfg.search.islands, cfg.search.migrate_every) == (1, 2, 1)
+    assert cfg.proposer.edit_mode == "rewrite"          # no diff that fails to apply, then a second request
     assert "one request at a time" in line and "search.batch=1" in line and "search.islands=2" in line
+    assert "proposer.edit_mode=rewrite" in line and "search.migrate_every=1" in line
+    diff = load_config(None, local + ["proposer.edit_mode=diff"])
+    assert "edit_mode" not in fit_to_endpoint(diff) and diff.proposer.edit_mode == "diff"
     mine = load_config(None, local + ["search.batch=3"])          # what the user set stays
     assert "search.batch" not in fit_to_endpoint(mine) and mine.search.batch == 3 and mine.search.islands == 2
     remote = load_config(None, ["proposer.kind=llm", "proposer.base_url=https://api.example.com/v1", "proposer.model=m"])
-    assert fit_to_endpoint(remote) == "" and remote.search.batch == 2
+    assert fit_to_endpoint(remote) == "" and remote.search.batch == 2 and remote.proposer.edit_mode == "auto"
     offline = load_config(None, [])
     assert fit_to_endpoint(offline) == "" and offline.search.islands == 4
 

@@ -4,12 +4,15 @@ A small model's compile errors are mostly of a few kinds that need no model to f
 1.5B model: a `std::` name without its header, a template parameter the child uses but no longer
 declares, `collapse` on a loop that is not a nest; and in a later run, `omp_get_num_threads`
 without <omp.h>, `#include <stdint>`, and `collapse` on a `#pragma omp parallel` that has no
-loop). Each fix here changes only what a compiler message names exactly, and says what it did;
-anything else is left to the model's repair.
+loop; and a helper the parent defines, `kf_row` or `kf_slice`, that the child calls after it
+rewrote only `kf_forward`). Each fix here changes only what a compiler message names exactly, and
+says what it did; anything else is left to the model's repair.
 """
 from __future__ import annotations
 
 import re
+
+from kfray.proposers import top_level
 
 # Headers of std:: names a kernel uses; the compiler's own "#include <x>" hint wins where it gives one.
 STD_HEADERS = {
@@ -43,6 +46,9 @@ PLAIN_HEADERS = {**{n: h for n, h in STD_HEADERS.items() if h in ("cmath", "cstr
 C_HEADERS = ("stdint", "stddef", "stdlib", "stdio", "math", "string", "limits", "assert", "float")
 _NO_FILE = re.compile(r"fatal error: ([\w./]+): No such file or directory|cannot open source file \"([\w./]+)\"")
 _BAD_CLAUSE = re.compile(r":(\d+):\d+: error: ['‘`\"](\w+)['’`\"] is not valid for ['‘`\"]#pragma omp ([\w ]+)['’`\"]")
+_NOT_DECLARED = re.compile(r"['‘`\"](\w+)['’`\"] (?:was not declared in this scope|has not been declared)"
+                           r"|identifier \"(\w+)\" is undefined|name followed by \"::\" must be a class or namespace "
+                           r"name|\"(\w+)\" is not a class or namespace")
 _PARAM = re.compile(r"^[ \t]*//[ \t]*@kf\.param[ \t]+(\w+)\b.*$", re.M)
 _INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"]([^>\"]+)[>\"].*$", re.M)
 
@@ -116,6 +122,48 @@ def carried_params(source: str, diagnostics: str, parent_source: str | None) -> 
     return {n: theirs[n] for n in sorted(names) if n in theirs and n not in mine}
 
 
+def carried_helpers(source: str, diagnostics: str, parent_source: str | None) -> tuple[str, list[str]]:
+    """The parent's top-level helpers (functions, structs, constants, namespaces) that the compiler
+    says the child lacks, with the parent's helpers, parameters and includes they use in turn, put
+    before the child's first item that uses them. (source, names carried)."""
+    if not parent_source:
+        return source, []
+    named = {a or b or c for a, b, c in _NOT_DECLARED.findall(diagnostics)} - {""}
+    theirs = {it.name: it for it in top_level.items(parent_source) if it.name}
+    mine_items = top_level.items(source)
+    mine = {it.name for it in mine_items}
+    want = [n for n in named if n in theirs and n not in mine]
+    if not want:
+        return source, []
+    carried: set[str] = set()
+    while want:                                   # what the carried helpers use of the parent's, too
+        name = want.pop()
+        if name in carried:
+            continue
+        carried.add(name)
+        used = set(re.findall(r"\b\w+\b", theirs[name].text(parent_source)))
+        want += [n for n in used if n in theirs and n not in mine and n not in carried and n != name]
+    block = "".join(theirs[n].text(parent_source).strip("\n") + "\n\n"
+                    for n in sorted(carried, key=lambda n: theirs[n].start))
+    defined = set(top_level._DEFINE.findall(source))      # the parent's macros the helpers use (VT, VSET)
+    macros = [t for t, names in top_level.macro_blocks(parent_source)
+              if names & set(re.findall(r"\b\w+\b", block)) and not names & defined]
+    block = "".join(t.strip("\n") + "\n\n" for t in macros) + block
+    uses = [it.start for it in mine_items if any(re.search(rf"\b{n}\b", it.text(source)) for n in carried)]
+    at = min(uses) if uses else (mine_items[-1].start if mine_items else len(source))
+    out = source[:at] + block + source[at:]
+    used = set(re.findall(r"\b\w+\b", block))
+    params = {m.group(1): m.group(0).strip() for m in _PARAM.finditer(parent_source)}
+    lines = [line for n, line in params.items() if n in used and n not in set(_PARAM.findall(out))]
+    if lines:
+        out = add_param_lines(out, lines)
+    have = set(_INCLUDE.findall(out))
+    includes = [h for h in dict.fromkeys(_INCLUDE.findall(parent_source)) if h not in have]
+    if includes:
+        out = add_includes(out, includes)
+    return out, sorted(carried, key=lambda n: theirs[n].start)
+
+
 def add_param_lines(source: str, lines: list[str]) -> str:
     last = list(_PARAM.finditer(source)) or list(_INCLUDE.finditer(source))
     if not last:
@@ -150,6 +198,9 @@ def fix(source: str, diagnostics: str, parent_source: str | None = None) -> tupl
     done += dropped_clauses
     out, renamed = renamed_headers(out, diagnostics)    # same number of lines
     done += ["included " + r for r in renamed]
+    out, helpers = carried_helpers(out, diagnostics, parent_source)
+    if helpers:
+        done.append("carried the parent's " + ", ".join(helpers))
     params = carried_params(out, diagnostics, parent_source)
     if params:
         out = add_param_lines(out, list(params.values()))

@@ -38,9 +38,13 @@ def is_local(url: str) -> bool:
 
 def fit_to_endpoint(cfg) -> str:
     """With one LLM endpoint that answers one request at a time (a local server), islands ask one
-    proposal at a time (search.batch 1: each answer goes to evaluation as it arrives) and at most 2
-    islands per task share the slot (no island waits for more than a few answers); only where the
-    configuration did not set them. Returns the line that says what was chosen ("" if nothing)."""
+    proposal at a time (search.batch 1: each answer goes to evaluation as it arrives), at most 2
+    islands per task share the slot (no island waits for more than a few answers), they migrate
+    after every generation (search.migrate_every 1: a generation is one answer per island, so that
+    elites move within minutes), and the model answers with whole files (proposer.edit_mode
+    rewrite: a 1.5B model's SEARCH/REPLACE edits failed to apply 8 times in 23, and each failure
+    cost a second request for the whole file); only where the configuration did not set them.
+    Returns the line that says what was chosen ("" if nothing)."""
     import os
 
     p = cfg.proposer
@@ -57,10 +61,16 @@ def fit_to_endpoint(cfg) -> str:
     if "search.islands" not in given and cfg.search.islands > 2:
         cfg.search.islands = 2
         chosen.append("search.islands=2")
+    if "search.migrate_every" not in given and cfg.search.migrate_every > 1:
+        cfg.search.migrate_every = 1
+        chosen.append("search.migrate_every=1")
+    if "proposer.edit_mode" not in given and p.edit_mode == "auto":
+        p.edit_mode = "rewrite"
+        chosen.append("proposer.edit_mode=rewrite")
     if not chosen:
         return ""
-    return (f"{url} answers one request at a time: {' and '.join(chosen)}, so that each answer is "
-            "evaluated as it arrives (set them to override)")
+    return (f"{url} answers one request at a time: {', '.join(chosen)}, so that each answer is "
+            "evaluated as it arrives and costs one request (set them to override)")
 
 
 def default_limit(url: str, configured: int) -> int:
