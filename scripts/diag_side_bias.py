@@ -15,9 +15,11 @@ def load(path):
     xs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in m.get_inputs()]
     return model, xs
 
-def block(model, xs, n, gap, period):
+def block(model, xs, n, gap, period, after="", xs2=None):
+    """`after`: "copy" copies each output into a slot made once, as the runner does for the judge;
+    xs2: a second input set the clones alternate with, as the runner's timed calls do."""
     st, sp = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    out, last = [], None
+    out, last, slot = [], None, None
     t_prev = time.perf_counter()
     for _ in range(n):
         if gap == "sleep":
@@ -25,19 +27,25 @@ def block(model, xs, n, gap, period):
             if until - time.perf_counter() > 2e-4: time.sleep(until - time.perf_counter() - 2e-4)
             while time.perf_counter() < until: pass
         elif gap == "busy":
-            c = [x.clone() for x in xs if isinstance(x, torch.Tensor)]
+            src = xs2 if xs2 is not None and len(out) % 2 else xs
+            c = [x.clone() if isinstance(x, torch.Tensor) else x for x in src]
             if last is not None: _ = last.clone()
-            torch.cuda.synchronize(); del c
+            torch.cuda.synchronize()
             u = time.perf_counter() + 2e-4
             while time.perf_counter() < u: pass
         t_prev = time.perf_counter()
         torch.cuda.synchronize(); flush()
-        st.record(); last = None; last = model(*xs); sp.record(); sp.synchronize()
+        ins = c if gap == "busy" else xs
+        st.record(); last = None; last = model(*ins); sp.record(); sp.synchronize()
         out.append(st.elapsed_time(sp))
+        if after == "copy":
+            if slot is None and isinstance(last, torch.Tensor):
+                slot = torch.empty_like(last)
+            if slot is not None: slot.copy_(last); torch.cuda.synchronize()
     return statistics.mean(out)
 
-root = sys.argv[1]
-names = sys.argv[2:]
+args = [a for a in sys.argv[1:] if a != "--variants"]
+root, names = args[0], args[1:]
 with torch.no_grad():
     for nm in names:
         model, xs = load(f"{root}/{nm}")
@@ -45,7 +53,14 @@ with torch.no_grad():
         torch.cuda.synchronize()
         base = block(model, xs, 100, "busy", 0)
         period = 3 * base / 1e3
-        seq = [("busy", 0), ("busy", 0), ("sleep", period), ("sleep", period), ("busy", 0), ("sleep", period), ("none", 0), ("none", 0)]
-        res = [(g, block(model, xs, 100, g, p)) for g, p in seq]
+        if "--variants" in sys.argv:
+            xs2 = [x.clone().uniform_() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in xs]
+            seq = [("busy", "", None), ("busy+copy", "copy", None), ("busy+rotate", "", xs2), ("busy+both", "copy", xs2),
+                   ("busy", "", None), ("busy+copy", "copy", None)]
+            res = [(g, block(model, xs, 100, "busy", 0, a, x2)) for g, a, x2 in seq]
+        else:
+            seq = [("busy", 0), ("busy", 0), ("sleep", period), ("sleep", period), ("busy", 0), ("sleep", period),
+                   ("none", 0), ("none", 0)]
+            res = [(g, block(model, xs, 100, g, p)) for g, p in seq]
         print(f"{nm[:34]:34s} base {base:8.3f} ms  " + "  ".join(f"{g}:{m/base:.3f}" for g, m in res), flush=True)
         del model, xs; torch.cuda.empty_cache()
