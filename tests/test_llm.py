@@ -206,3 +206,25 @@ def test_config_errors(monkeypatch):
     monkeypatch.setenv("KFRAY_MODEL", "env-model")
     p = LLMProposer(ProposerConfig(kind="llm", api_key_env="KFRAY_TEST_NO_KEY"))
     assert p.model == "env-model" and p.base_url == "http://localhost:9/v1"
+
+
+def test_a_block_whose_closing_fence_is_missing():
+    """A small model forgets the closing fence: a whole file in the open block is taken. An answer cut
+    off inside its block is not, and the reason says it was cut off rather than "no code block"."""
+    from kfray.proposal import ProposalContext
+    from kfray.proposers.llm import LLMProposer
+    from kfray.tasks import load_task
+
+    body = '#include <cstdint>\nextern "C" int kf_forward(const float* x, float* y, int64_t n) {\n' \
+        '    for (int64_t i = 0; i < n; ++i) { y[i] = x[i] > 0.f ? x[i] : 0.f; }  // "{" in a comment\n' \
+        '    return 0;\n}\n'
+    assert extract_code(f"Here it is:\n```cpp\n{body}", "cpp").strip() == body.strip()
+    cut = body[:body.index("return")]
+    assert extract_code(f"```cpp\n{cut}", "cpp") is None
+    ctx = ProposalContext(task=load_task("axpb"), language="cpp", parent=None, inspirations=[], target_cell=None,
+                          meta_prompt=None, device_facts={}, island=0, generation=1)
+    code, why = LLMProposer.read_answer(f"```cpp\n{cut}", ctx, "rewrite")
+    assert code is None and why.startswith("the answer ends inside its code block") and "max_tokens" in why
+    model = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
+    assert extract_code(f"```python\n{model}", "suite").strip() == model.strip()
+    assert extract_code(f"```python\n{model}    def half(self", "suite") is None

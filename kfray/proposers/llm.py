@@ -50,9 +50,39 @@ def extract_code(text: str, language: str) -> str | None:
                         .get(language, r"\bkf_forward\b"), re.M)
     tags = _SUITE_TAGS if language == "suite" else _CODE_TAGS
     usable = [body for tag, body in fenced_blocks(text) if tag in tags and marker.search(body)]
+    tail = open_block(text)
+    if tail is not None and tail[0] in tags and marker.search(tail[1]) and complete(tail[1], tail[0]):
+        usable.append(tail[1])
     if not usable:
         return None
     return max(usable, key=len).strip() + "\n"
+
+
+_OPEN_FENCE_RE = re.compile(r"^[ \t]*```[ \t]*([\w+.-]*)[^\n]*\n(.*)\Z", re.M | re.S)
+
+
+def open_block(text: str) -> tuple[str, str] | None:
+    """(tag, body) of a code block the answer opens last and never closes: a small model forgets
+    the closing fence, and an answer cut at its length limit ends inside its block."""
+    text = text or ""
+    closed = list(_FENCE_RE.finditer(text))
+    m = _OPEN_FENCE_RE.search(text, closed[-1].end() if closed else 0)
+    return (m.group(1).lower(), m.group(2)) if m else None
+
+
+def complete(body: str, tag: str) -> bool:
+    """Whether a block without its closing fence holds a whole file: Python that parses, or C-like
+    source whose braces close (comments and strings aside, roughly)."""
+    if tag in ("python", "py"):
+        import ast
+
+        try:
+            ast.parse(body)
+            return True
+        except SyntaxError:
+            return False
+    code = re.sub(r"//[^\n]*|/\*.*?\*/|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'", "", body, flags=re.S)
+    return code.count("{") > 0 and code.count("{") == code.count("}") and code.rstrip().endswith(("}", ";"))
 
 
 class LLMProposer(Proposer):
@@ -264,6 +294,11 @@ class LLMProposer(Proposer):
         if code is not None:
             return code, ""
         entry = {"opencl": "__kernel", "sycl_jit": "@kf.launch"}.get(ctx.language, "kf_forward")
+        tail = open_block(text)
+        if tail is not None and not fenced_blocks(text):
+            return None, (f"the answer ends inside its code block ({len(text)} characters, its braces unclosed): "
+                          "cut off at the server's length limit or proposer.max_tokens, or left unfinished: "
+                          f"...{text.rstrip()[-120:]}")
         what = (f"no code block with {entry} in the model's answer" if fenced_blocks(text)
                 else "no SEARCH/REPLACE block and no code block in the model's answer" if mode == "diff"
                 else "no code block in the model's answer")
