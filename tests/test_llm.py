@@ -225,6 +225,9 @@ def test_a_block_whose_closing_fence_is_missing():
                           meta_prompt=None, device_facts={}, island=0, generation=1)
     code, why = LLMProposer.read_answer(f"```cpp\n{cut}", ctx, "rewrite")
     assert code is None and why.startswith("the answer ends inside its code block") and "max_tokens" in why
+    whole = body.replace("kf_forward", "kf_other")                  # whole, but not the kernel: not "cut off"
+    code, why = LLMProposer.read_answer(f"```cpp\n{whole}", ctx, "rewrite")
+    assert code is None and why.startswith("no code block in the model's answer"), why
     model = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
     assert extract_code(f"```python\n{model}", "suite").strip() == model.strip()
     assert extract_code(f"```python\n{model}    def half(self", "suite") is None

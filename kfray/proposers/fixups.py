@@ -47,8 +47,7 @@ C_HEADERS = ("stdint", "stddef", "stdlib", "stdio", "math", "string", "limits", 
 _NO_FILE = re.compile(r"fatal error: ([\w./]+): No such file or directory|cannot open source file \"([\w./]+)\"")
 _BAD_CLAUSE = re.compile(r":(\d+):\d+: error: ['‘`\"](\w+)['’`\"] is not valid for ['‘`\"]#pragma omp ([\w ]+)['’`\"]")
 _NOT_DECLARED = re.compile(r"['‘`\"](\w+)['’`\"] (?:was not declared in this scope|has not been declared)"
-                           r"|identifier \"(\w+)\" is undefined|name followed by \"::\" must be a class or namespace "
-                           r"name|\"(\w+)\" is not a class or namespace")
+                           r"|identifier \"(\w+)\" is undefined|\"(\w+)\" is not a class or namespace")
 _PARAM = re.compile(r"^[ \t]*//[ \t]*@kf\.param[ \t]+(\w+)\b.*$", re.M)
 _INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"]([^>\"]+)[>\"].*$", re.M)
 
@@ -145,16 +144,18 @@ def carried_helpers(source: str, diagnostics: str, parent_source: str | None) ->
         want += [n for n in used if n in theirs and n not in mine and n not in carried and n != name]
     block = "".join(theirs[n].text(parent_source).strip("\n") + "\n\n"
                     for n in sorted(carried, key=lambda n: theirs[n].start))
-    defined = set(top_level._DEFINE.findall(source))      # the parent's macros the helpers use (VT, VSET)
-    macros = [t for t, names in top_level.macro_blocks(parent_source)
-              if names & set(re.findall(r"\b\w+\b", block)) and not names & defined]
+    used = set(re.findall(r"\b\w+\b", block))
+    defined = top_level.defined_macros(source)         # the parent's macros the helpers use (VT, VSET)
+    macros = [t for t, names in top_level.macro_blocks(parent_source) if names & used and not names & defined]
+    for t in macros:
+        used |= set(re.findall(r"\b\w+\b", t))
     block = "".join(t.strip("\n") + "\n\n" for t in macros) + block
     uses = [it.start for it in mine_items if any(re.search(rf"\b{n}\b", it.text(source)) for n in carried)]
     at = min(uses) if uses else (mine_items[-1].start if mine_items else len(source))
     out = source[:at] + block + source[at:]
-    used = set(re.findall(r"\b\w+\b", block))
     params = {m.group(1): m.group(0).strip() for m in _PARAM.finditer(parent_source)}
-    lines = [line for n, line in params.items() if n in used and n not in set(_PARAM.findall(out))]
+    declared = set(_PARAM.findall(out))
+    lines = [line for n, line in params.items() if n in used and n not in declared]
     if lines:
         out = add_param_lines(out, lines)
     have = set(_INCLUDE.findall(out))

@@ -294,12 +294,12 @@ class LLMProposer(Proposer):
         if code is not None:
             return code, ""
         entry = {"opencl": "__kernel", "sycl_jit": "@kf.launch"}.get(ctx.language, "kf_forward")
-        tail = open_block(text)
-        if tail is not None and not fenced_blocks(text):
+        blocks, tail = fenced_blocks(text), open_block(text)
+        if tail is not None and not blocks and not complete(tail[1], tail[0]):
             return None, (f"the answer ends inside its code block ({len(text)} characters, its braces unclosed): "
                           "cut off at the server's length limit or proposer.max_tokens, or left unfinished: "
                           f"...{text.rstrip()[-120:]}")
-        what = (f"no code block with {entry} in the model's answer" if fenced_blocks(text)
+        what = (f"no code block with {entry} in the model's answer" if blocks
                 else "no SEARCH/REPLACE block and no code block in the model's answer" if mode == "diff"
                 else "no code block in the model's answer")
         return None, f"{what}: {text.strip()[:200] or '<empty answer>'}"

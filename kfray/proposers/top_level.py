@@ -68,8 +68,8 @@ def items(source: str) -> list[Item]:
             i = j
             continue
         ch = source[i]
-        line_start = source.rfind("\n", 0, i) + 1
         if depth == 0 and start < 0:
+            line_start = source.rfind("\n", 0, i) + 1
             if ch == "#" and not source[line_start:i].strip():        # a preprocessor line, continuations too
                 while True:
                     e = source.find("\n", i)
@@ -111,6 +111,11 @@ def _item(source: str, start: int, end: int, head_end: int) -> Item:
 _DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w+)", re.M)
 _OPEN = re.compile(r"^[ \t]*#[ \t]*if(?:n?def)?\b")
 _CLOSE = re.compile(r"^[ \t]*#[ \t]*endif\b")
+
+
+def defined_macros(source: str) -> set[str]:
+    """The names a source's `#define` lines define."""
+    return set(_DEFINE.findall(source))
 
 
 def macro_blocks(source: str) -> list[tuple[str, set[str]]]:
