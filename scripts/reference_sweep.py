@@ -210,7 +210,17 @@ def level_figures(rows: list[dict], failed_to_load: dict, wall_s: float) -> dict
             "verdict_s_median": round(statistics.median(v), 3) if v else 0.0,
             "verdict_s_max": round(max(v), 3) if v else 0.0, "slowest": slowest,
             "fast_p": {str(p): round(x, 4) for p, x in fast_p(scored).items()},
-            "failed": failed}
+            "stage_s_total": stage_totals(rows), "failed": failed}
+
+
+def stage_totals(rows: list[dict]) -> dict:
+    """Each stage's seconds summed over a level's problems: where its wall time went (builds run
+    ahead, beside the judge; `device_held` is each job's whole time holding the device)."""
+    out: dict[str, float] = {}
+    for r in rows:
+        for k, v in (r.get("stage_seconds") or {}).items():
+            out[k] = out.get(k, 0.0) + v
+    return {k: round(v, 1) for k, v in sorted(out.items())}
 
 
 def level_entry(rows: list[dict], planned: dict, wall_s: float) -> dict:
@@ -224,6 +234,8 @@ def print_level(name: str, f: dict, extra: dict) -> None:
           f"max {f['verdict_s_max']:.1f} s ({f['slowest'] or '-'}); wall {f['wall_s']:.0f} s, "
           f"{f['problems_per_hour']:.0f} problems per hour; fast_0.8 {f['fast_p'].get('0.8', 0):.2f}, "
           f"fast_1.0 {f['fast_p'].get('1.0', 0):.2f}", flush=True)
+    if f.get("stage_s_total"):
+        print("  stages (s, summed): " + ", ".join(f"{k} {v:.0f}" for k, v in f["stage_s_total"].items()))
     for prob, why in f["failed"].items():
         print(f"  failed  {prob}: {why.splitlines()[0][:300] if why else ''}")
     for key, label in (("no_reference", "no reference kernel"), ("not_loaded", "does not load (not counted)")):

@@ -91,13 +91,15 @@ class Evaluator:
                 out = self.sandbox.run(job, self._timeout(job, task))
             except RuntimeError as e:
                 out = {"tier": TIER_RUNTIME_ERROR, "reason": f"sandbox failure: {e}"}
-            self.device_busy_s += time.perf_counter() - t_dev
+            held = time.perf_counter() - t_dev
+            self.device_busy_s += held
         res.tier = out["tier"]
         res.reason = out.get("reason", "")
         res.times = out.get("times", {})
         res.ref_times = out.get("ref_times", {})
         res.noise = out.get("noise", 0.0)
         res.stage_seconds.update(out.get("stage_seconds", {}))
+        res.stage_seconds["device_held"] = held      # the whole job in the sandbox, its stages and the wire
         res.facts.update(out.get("facts", {}))
         if out.get("recycled"):
             res.facts["sandbox_recycled"] = True

@@ -159,9 +159,15 @@ def _run_one(backend, spawner, arena, job: dict, load_task) -> dict:
         # requests have deadlines of their own); the kernel's limit starts once both are loaded.
         job["extend"](float(job["call_deadline_s"]) + SETUP_ALLOWANCE_S)
     try:
-        task = load_task(job["task_ref"])
-        if spawner is not None:
+        loads = {}
+        if spawner is not None:          # started first: its device context opens while the task loads
             runner = RemoteRunner(spawner, deadline_s=float(job.get("call_deadline_s", 600.0)))
+            if hasattr(backend, "warm_remote"):
+                backend.warm_remote(runner)
+            loads["runner_start"] = time.perf_counter() - t0
+        task = load_task(job["task_ref"])
+        loads["load_task"] = time.perf_counter() - t0 - sum(loads.values())
+        if runner is not None:
             fn = backend.load_remote(runner, arena, job["artifact"], task)
             if fn is None:                    # this task's form cannot run apart yet
                 runner.close()
@@ -172,7 +178,11 @@ def _run_one(backend, spawner, arena, job: dict, load_task) -> dict:
             fn = backend.load(job["artifact"], task)
         if job.get("extend") and job.get("call_deadline_s"):   # loading is not the kernel's time
             job["extend"](time.perf_counter() - t0 + float(job["call_deadline_s"]))
+        loads["load_kernel"] = time.perf_counter() - t0 - sum(loads.values())
         result = backend.run_job(fn, task, job)
+        # The judge's time outside the stages the job reports: the task loaded, the runner started,
+        # the candidate loaded (in it), and below the runner's end; all hold the device's lock.
+        result.setdefault("stage_seconds", {}).update({k: round(v, 4) for k, v in loads.items()})
         if runner is not None:
             result.setdefault("facts", {})["runner_round_trip_us"] = round(runner.round_trip[0] * 1e6, 1)
         elif getattr(backend, "split_note", None):    # this machine cannot run the form apart
@@ -195,6 +205,7 @@ def _run_one(backend, spawner, arena, job: dict, load_task) -> dict:
         result = {"tier": TIER_RUNTIME_ERROR, "recycle": bool(sticky) or runner is None,
                   "reason": sticky or f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=2)[-800:]}"}
     finally:
+        t_end = time.perf_counter()
         if runner is not None:
             runner.close()
             for gone in (getattr(fn, "runner_gone", None), getattr(backend, "runner_gone", None)):
@@ -205,6 +216,8 @@ def _run_one(backend, spawner, arena, job: dict, load_task) -> dict:
                 except Exception as e:                # a device that cannot free is this judge's end
                     result["recycle"] = True
                     result.setdefault("facts", {})["runner_gone_error"] = f"{type(e).__name__}: {e}"[:300]
+        if isinstance(result.get("stage_seconds"), dict):
+            result["stage_seconds"]["unload"] = round(time.perf_counter() - t_end, 4)
     return result
 
 
