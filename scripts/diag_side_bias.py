@@ -2,7 +2,8 @@
 second) or by what fills the gap between calls (idle sleep, as the reference's paced calls; GPU
 work, as the candidate's runner's clone and copy)? --order: the runner's order (clone, synchronize,
 spin, flush) against the judge's (clone, synchronize, flush) and one with the flush queued behind
-the clone (nosync: 0.4-0.8 % faster than the judge's order on the H200). One process, the reference model against itself."""
+the clone (nosync). On the H200 the three read alike within 0.1-0.3 %, one run read nosync
+0.4-0.8 % faster. One process, the reference model against itself."""
 import importlib.util, statistics, sys, time
 import torch
 

@@ -36,42 +36,20 @@ class RemoteRunner:
         self.known: set[int] = set()        # buffer ids this runner has mapped
         self.round_trip = (0.0, 0.0)        # median and 90th percentile of an empty request, seconds
         self.log: list[tuple[float, float, float]] = []  # (judge's seconds, claimed, run-queue wait) per call
-        self.pending: list[tuple[int, float | None]] = []  # posted requests' (seq, timeout), answers unread
         self.calibrate()
 
     def request(self, obj: dict, fds=(), timeout: float | None = None) -> dict:
         ans, _ = self.request_fds(obj, fds, timeout, want_fds=False)
         return ans
 
-    def post(self, obj: dict, fds=(), timeout: float | None = None) -> None:
-        """A request whose answer is read later, before the next request's: the runner works on it
-        (its device context, the candidate's load) while the judge does its own setup. A failure
-        is raised then, as `request` raises it."""
-        seq = self._send(obj, fds)
-        self.pending.append((seq, timeout))
-
-    def _send(self, obj: dict, fds=()) -> int:
+    def request_fds(self, obj: dict, fds=(), timeout: float | None = None, want_fds: bool = True):
+        """(answer, the descriptors that came with it)."""
         if self.sock is None:
             raise RunnerFailed("the candidate's process is gone")
+        got: list[int] = []
         seq = int.from_bytes(os.urandom(6), "little")     # echoed: an answer written ahead is out of turn
         try:
             wire.send(self.sock, {**obj, "seq": seq}, fds)
-        except (EOFError, OSError):
-            why = self._exit_reason()
-            self.close()
-            raise RunnerFailed(why) from None
-        return seq
-
-    def request_fds(self, obj: dict, fds=(), timeout: float | None = None, want_fds: bool = True):
-        """(answer, the descriptors that came with it)."""
-        while self.pending:
-            seq, t = self.pending.pop(0)
-            self._receive(seq, t, False)
-        return self._receive(self._send(obj, fds), timeout, want_fds)
-
-    def _receive(self, seq: int, timeout: float | None, want_fds: bool):
-        got: list[int] = []
-        try:
             if want_fds:
                 ans, got = wire.recv(self.sock, timeout=timeout or self.deadline_s, max_bytes=MAX_ANSWER,
                                      want_fds=True)
@@ -172,7 +150,6 @@ class RemoteRunner:
 
     def close(self) -> None:
         _ZYGOTE.pop(self.pid, None)
-        self.pending = []
         if self.sock is not None:
             self.sock.close()
             self.sock = None

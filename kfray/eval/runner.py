@@ -140,7 +140,7 @@ class Runner:
                     out = {"ok": True}
                 elif op == "cuda_selftest":
                     out = self.cuda.selftest(int(req["id"]), int(req["offset"]), int(req["nbytes"]))
-                elif op in ("torch_warm", "load_torch", "torch_build", "torch_inputs", "torch_call", "torch_state", "torch_probe",
+                elif op in ("load_torch", "torch_build", "torch_inputs", "torch_call", "torch_state", "torch_probe",
                             "torch_release", "torch_set_state", "torch_bw_bind", "torch_bw_forward", "torch_backward"):
                     if self.torch is None:
                         from kfray.eval.runner_torch import TorchSide

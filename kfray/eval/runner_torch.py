@@ -3,10 +3,9 @@ through its suite's model, built and called here on tensors the judge shares
 (kfray.eval.tensor_wire). The runner makes no input and runs no reference: the judge does both,
 in its own process, and compares what comes back.
 
-Requests: `torch_warm` (the device's context, before any candidate code), `load_torch` (the
-kernel and the task's cases), `torch_build` (a candidate model after the suite's seed),
-`torch_inputs` (an input set, shared), `torch_call` (one call: its claimed time and its outputs,
-shared), `torch_state` (the model's parameters and buffers, shared),
+Requests: `load_torch` (the kernel and the task's cases), `torch_build` (a candidate model after
+the suite's seed), `torch_inputs` (an input set, shared), `torch_call` (one call: its claimed time
+and its outputs, shared), `torch_state` (the model's parameters and buffers, shared),
 `torch_probe` (the stream probe's call with the current stream held), `torch_release`; for a
 robust-kbench backward task, `torch_bw_bind` (the candidate side's model on the judge's state),
 `torch_bw_forward` (its forward through the task's AutogradFunction) and `torch_backward`
@@ -52,16 +51,6 @@ class TorchSide:
                              f"{traceback.format_exc(limit=3)[-600:]}"}, []
 
     # -- requests -------------------------------------------------------------------------------
-    def torch_warm(self, req: dict, fds) -> tuple[dict, list]:
-        """The device's context opened before any candidate code is here (on the H200 its half a
-        second runs while the judge loads the task)."""
-        import torch
-
-        if req.get("device") == "cuda":
-            torch.cuda.set_device(0)
-            torch.empty(1, device="cuda")
-        return {"ok": True}, []
-
     def load_torch(self, req: dict, fds) -> tuple[dict, list]:
         import torch
 

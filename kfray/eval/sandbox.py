@@ -159,15 +159,11 @@ def _run_one(backend, spawner, arena, job: dict, load_task) -> dict:
         # requests have deadlines of their own); the kernel's limit starts once both are loaded.
         job["extend"](float(job["call_deadline_s"]) + SETUP_ALLOWANCE_S)
     try:
-        loads = {}
-        if spawner is not None:          # started first: its device context opens while the task loads
-            runner = RemoteRunner(spawner, deadline_s=float(job.get("call_deadline_s", 600.0)))
-            if hasattr(backend, "warm_remote"):
-                backend.warm_remote(runner)
-            loads["runner_start"] = time.perf_counter() - t0
         task = load_task(job["task_ref"])
-        loads["load_task"] = time.perf_counter() - t0 - sum(loads.values())
-        if runner is not None:
+        loads = {"load_task": time.perf_counter() - t0}
+        if spawner is not None:
+            runner = RemoteRunner(spawner, deadline_s=float(job.get("call_deadline_s", 600.0)))
+            loads["runner_start"] = time.perf_counter() - t0 - loads["load_task"]
             fn = backend.load_remote(runner, arena, job["artifact"], task)
             if fn is None:                    # this task's form cannot run apart yet
                 runner.close()

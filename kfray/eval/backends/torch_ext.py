@@ -261,10 +261,6 @@ class TorchExtCpuBackend(Backend):
         """The kernel loaded in this process (the judge's in-process path, where no runner can be made)."""
         return load_suite_kernel(artifact, task, self._arch_list(), self._modules)
 
-    def warm_remote(self, runner) -> None:
-        """The runner opens its device context while the judge loads the task (answer read later)."""
-        runner.post({"op": "torch_warm", "device": self.device}, timeout=120.0)
-
     def load_remote(self, runner, arena, artifact: str, task):
         """The kernel loaded in the candidate's runner, forward and backward (robust-kbench backward
         tasks run autograd through the kernel there: kfray/eval/suite/backward_side.py)."""

@@ -23,14 +23,13 @@ class DeviceMemory:
         self.remote = remote           # the candidate's runner side (kfray.eval.suite.remote_case)
         self.log: list[dict] = []
 
-    def settle(self, step: str, runner: bool = True) -> None:
-        """Both processes' freed device memory back to the device; one line of the log. runner=False:
-        the judge's alone (a runner just started holds nothing, and is still loading)."""
+    def settle(self, step: str) -> None:
+        """Both processes' freed device memory back to the device; one line of the log."""
         if not self.on:
             return
         import torch
 
-        runner = self.remote.let_go() if self.remote is not None and runner else None
+        runner = self.remote.let_go() if self.remote is not None else None
         torch.cuda.synchronize()
         torch.cuda.ipc_collect()              # blocks the runner has let go of
         torch.cuda.empty_cache()

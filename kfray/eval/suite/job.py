@@ -73,7 +73,7 @@ def run_suite_job(backend, kernel: Any, task, job: dict) -> dict:
         else:
             cases = runner_for(spec, kernel, task).cases()
         judge = Judge(backend, spec, rng, remote)
-        judge.memory.settle("start", runner=False)   # what an earlier candidate left in this judge's cache
+        judge.memory.settle("start")          # what an earlier candidate left in this judge's cache
         size_limits(judge, cases, kernel, job)
         judge.memory.settle("reference timed once")
         judge.suite_trials(cases)

@@ -73,10 +73,7 @@ class RemoteKernel:
             self.pool = torch.cuda.MemPool()
         # The suite's spec as data: the runner rebuilds its cases without loading the task again
         # (a KernelBench task's load traces its model: seconds, and torch ops a fork must not follow).
-        # Posted: the runner loads the candidate while the judge makes its first inputs and times the
-        # reference once (kfray.eval.suite.job.size_limits); the answer, or its failure, is read
-        # before the runner's next request.
-        runner.post({"op": "load_torch", "artifact": artifact, "spec": dataclasses.asdict(task.suite),
+        runner.request({"op": "load_torch", "artifact": artifact, "spec": dataclasses.asdict(task.suite),
                         "param_args": dict(getattr(task, "param_args", {}) or {}), "device": device,
                         "arch": arch}, timeout=max(120.0, runner.deadline_s))
 

@@ -34,14 +34,12 @@ class Clock:
             flush_l2()
 
     def samples(self, call: Callable[[], Any], warmup: int, trials: int, before: Callable[[], Any] | None = None,
-                budget_s: float = 0.0, settle_flush: bool = False, pace: float = 0.0,
-                after: Callable[[], Any] | None = None) -> list[float]:
+                budget_s: float = 0.0, settle_flush: bool = False, pace: float = 0.0) -> list[float]:
         """With settle_flush the flush is waited for before the call: the call runs in another
         process (the candidate's runner), which flushes again on its own stream. With `pace`, each
         call starts that many seconds after the last one began (sleeping the rest): the reference's
         calls keep the candidate's cadence, whose every call waits on the wire. The cadence of
-        these calls (median start to start) is left in `period`. `before` and `after` run around
-        each call, outside its time."""
+        these calls (median start to start) is left in `period`."""
         t0 = time.perf_counter()
         self.warmed = 0
         starts: list[float] = []
@@ -61,8 +59,6 @@ class Clock:
                 before()
             call()
             self.backend.synchronize()
-            if after:
-                after()
             self.warmed += 1
             if budget_s and time.perf_counter() - t0 > budget_s / 4:
                 break                     # a slow problem: warm, and the budget is for samples
@@ -78,8 +74,6 @@ class Clock:
             if settle_flush and self.flush_l2:
                 self.backend.synchronize()
             out.append(self.backend.time_call(call))
-            if after:
-                after()
             if budget_s and len(out) >= 5 and time.perf_counter() - start > budget_s:
                 break                     # a slow problem: enough samples for a mean
         self.period = float(np.median(np.diff(starts))) if len(starts) > 1 else 0.0
@@ -162,26 +156,14 @@ def time_case(judge: Judge, clock: Clock, case: Case, seed: int, side: str, warm
             ts = clock.samples(call, warmup, trials, before, budget_s, pace=pace)
         last[0] = gradients(model, xs)
     else:
-        # The paced reference's calls get the device work the candidate's get around them: the
-        # judge's flush, fresh clones of the inputs (the runner's), its flush, the call, and the
-        # outputs copied into a slot (the runner's copy for the judge). What precedes a call moves
-        # its time: on the H200 a call that followed an idle GPU read 0.5-1.7 % slower than one that
+        # The candidate's runner calls the kernel on fresh clones of the inputs, made just before
+        # the flush; the paced reference does the same. The clone's GPU work matters, not only its
+        # memory: on the H200 a call that followed an idle GPU read 0.5-1.7 % slower than one that
         # followed a clone (level-1 references measured 1.012x against themselves without it).
         fresh = [xs] if side == "ref" and case.remote is not None and not compiled else None
-        slot: list = []
 
         def clone_inputs():
-            clock.flush()
-            clock.backend.synchronize()
             fresh[0] = [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
-
-        def copy_out():
-            got = [o for o in outputs(last[0], "the reference")] if last[0] is not None else []
-            if not slot:
-                slot.extend(torch.empty_like(o) for o in got)
-            for o, t in zip(got, slot):
-                t.copy_(o)
-            clock.backend.synchronize()
 
         def call():
             last[0] = None                 # one output alive at a time: full-size problems are large
@@ -190,9 +172,7 @@ def time_case(judge: Judge, clock: Clock, case: Case, seed: int, side: str, warm
         with torch.no_grad():
             if remote is None:
                 with hold:
-                    ts = clock.samples(call, warmup, trials, clone_inputs if fresh else None, budget_s, pace=pace,
-                                       after=copy_out if fresh else None)
-                slot.clear()
+                    ts = clock.samples(call, warmup, trials, clone_inputs if fresh else None, budget_s, pace=pace)
             else:                 # the candidate's own times, held against the judge's clock
                 log = remote.start_timing(trials, L2_FLUSH_BYTES if clock.flush_l2 else 0)
                 try:
