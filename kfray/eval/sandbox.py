@@ -163,7 +163,7 @@ def _run_one(backend, spawner, arena, job: dict, load_task) -> dict:
         loads = {"load_task": time.perf_counter() - t0}
         if spawner is not None:
             runner = RemoteRunner(spawner, deadline_s=float(job.get("call_deadline_s", 600.0)))
-            loads["runner_start"] = time.perf_counter() - t0 - loads["load_task"]
+            loads["runner_start"] = time.perf_counter() - t0 - sum(loads.values())
             fn = backend.load_remote(runner, arena, job["artifact"], task)
             if fn is None:                    # this task's form cannot run apart yet
                 runner.close()
@@ -175,9 +175,7 @@ def _run_one(backend, spawner, arena, job: dict, load_task) -> dict:
         if job.get("extend") and job.get("call_deadline_s"):   # loading is not the kernel's time
             job["extend"](time.perf_counter() - t0 + float(job["call_deadline_s"]))
         loads["load_kernel"] = time.perf_counter() - t0 - sum(loads.values())
-        result = backend.run_job(fn, task, job)
-        # The judge's time outside the stages the job reports: the task loaded, the runner started,
-        # the candidate loaded (in it), and below the runner's end; all hold the device's lock.
+        result = backend.run_job(fn, task, job)     # below: the judge's own stages, beside the job's
         result.setdefault("stage_seconds", {}).update({k: round(v, 4) for k, v in loads.items()})
         if runner is not None:
             result.setdefault("facts", {})["runner_round_trip_us"] = round(runner.round_trip[0] * 1e6, 1)
@@ -201,8 +199,8 @@ def _run_one(backend, spawner, arena, job: dict, load_task) -> dict:
         result = {"tier": TIER_RUNTIME_ERROR, "recycle": bool(sticky) or runner is None,
                   "reason": sticky or f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=2)[-800:]}"}
     finally:
-        t_end = time.perf_counter()
         if runner is not None:
+            t_end = time.perf_counter()
             runner.close()
             for gone in (getattr(fn, "runner_gone", None), getattr(backend, "runner_gone", None)):
                 if gone is None:
@@ -212,8 +210,7 @@ def _run_one(backend, spawner, arena, job: dict, load_task) -> dict:
                 except Exception as e:                # a device that cannot free is this judge's end
                     result["recycle"] = True
                     result.setdefault("facts", {})["runner_gone_error"] = f"{type(e).__name__}: {e}"[:300]
-        if isinstance(result.get("stage_seconds"), dict):
-            result["stage_seconds"]["unload"] = round(time.perf_counter() - t_end, 4)
+            result.setdefault("stage_seconds", {})["unload"] = round(time.perf_counter() - t_end, 4)
     return result
 
 
