@@ -3,6 +3,7 @@ strings, settings that only build the model, configurations that change the kern
 suite's filter flags, and `kfray tasks` failing loudly (with counts) when a task cannot load."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from pathlib import Path
@@ -82,6 +83,24 @@ def test_the_worker_reloads_the_same_mode_from_the_ref_backward_too():
     assert list(load_task(ref).shapes) == list(task.shapes)
     with pytest.raises(TaskError, match="unknown robust-kbench mode @both"):
         load_task(f"rkb:{INIT_STRING}@both")
+
+
+def test_the_judge_rebuilds_the_task_it_is_sent_as_the_worker_loads_it(tmp_path, monkeypatch):
+    """The evaluator sends its judge the suite task as data (no second load and trace): the judge's
+    copy has the same spec, configurations in the suite's order, parameter names and name, and its
+    path holds from another folder."""
+    from kfray.tasks.suite_spec import suite_task, suite_task_data
+
+    monkeypatch.chdir(SUITE.parent)
+    ref = f"rkb:{SUITE.name}/{INIT_STRING.name}#backward@multi"      # a relative path, as a user types it
+    task = load_task(ref)
+    data = json.loads(json.dumps(suite_task_data(task)))           # through a wire: plain data only
+    monkeypatch.chdir(tmp_path)
+    got = suite_task(data)
+    assert got.suite == dataclasses.replace(task.suite, path=str(INIT_STRING.resolve()))
+    assert [c.name for c in got.suite.configs] == list(task.shapes) and len(got.suite.configs) == 8
+    assert got.param_args == task.param_args and got.name == task.name and got.ref == ref
+    assert Path(got.suite.path).is_dir()
 
 
 def test_a_mode_whose_lists_the_file_lacks_says_which():

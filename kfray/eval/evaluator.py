@@ -20,6 +20,7 @@ from kfray.eval.backends.base import CompileError, get_backend
 from kfray.eval.sandbox import Sandbox
 from kfray.eval.fits import fit_message
 from kfray.tasks import load_task
+from kfray.tasks.suite_spec import suite_task_data
 
 
 class Evaluator:
@@ -85,6 +86,8 @@ class Evaluator:
                "input_seed": self.cfg.input_seed, "fresh_reference": retime}
         if retime:
             job["trials"] = 0
+        if getattr(task, "suite", None) is not None and self.backend.name.startswith("torch_ext"):
+            job["suite_task"] = suite_task_data(task)    # the judge needs no second load (a model's trace)
         with self.device_lock:
             t_dev = time.perf_counter()
             try:

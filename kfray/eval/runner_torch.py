@@ -54,21 +54,16 @@ class TorchSide:
     def load_torch(self, req: dict, fds) -> tuple[dict, list]:
         import torch
 
-        from types import SimpleNamespace
-
         from kfray.eval.suite_loading import load_suite_kernel
         from kfray.eval.suite.runners import runner_for
-        from kfray.tasks.suite_spec import RkbConfig, SuiteSpec
+        from kfray.tasks.suite_spec import suite_task
 
         self.device = req["device"]
         if self.device == "cuda":
             torch.cuda.set_device(0)
         torch.backends.cuda.matmul.allow_tf32 = False     # the judge's defaults; the candidate may change its own
         torch.backends.cudnn.allow_tf32 = False
-        d = dict(req["spec"])
-        d["configs"] = tuple(RkbConfig(**c) for c in d.get("configs", ()))
-        d["flagged"], d["notes"] = tuple(d.get("flagged", ())), tuple(d.get("notes", ()))
-        task = SimpleNamespace(suite=SuiteSpec(**d), param_args=dict(req.get("param_args", {})))
+        task = suite_task({"spec": req["spec"], "param_args": req.get("param_args", {})})
         kernel = load_suite_kernel(req["artifact"], task, req.get("arch", ""))
         self.spec = task.suite
         self.cases = runner_for(task.suite, kernel, task).cases()

@@ -131,12 +131,11 @@ SETUP_ALLOWANCE_S = 120.0
 # allocation and a runner can be given its IPC handle as it is; smaller ones are shared as copies
 # from a pool of their own (kfray.eval.tensor_wire.export_tensor).
 JUDGE_ALLOC_CONF = "max_split_size_mb:64"
-# glibc's heap, held steady in the judge (and the runners it forks): a reference that allocates its
-# result and temporaries on every call (numpy's a * x + b, 4 MiB each) had them mapped afresh and
-# the heap trimmed after every call, so each call paid ~1,000 page faults: axpb's numpy reference
-# took 4.0 ms at n = 1M instead of 0.42 ms, 7.1 instead of 2.6 ms at 4M, and every CPU speedup
-# over such a reference was inflated by that much. Below 32 MiB (glibc's ceiling for this setting)
-# blocks come from the heap, which is kept rather than trimmed; the kernel allocates nothing.
+# glibc's heap, held steady in the judge (and the runners it forks): a reference that allocates its result
+# and temporaries on every call (numpy's a * x + b, 4 MiB each) had them mapped afresh and the heap trimmed
+# after every call, so each call paid ~1,000 page faults: axpb's numpy reference took 4.0 ms at n = 1M
+# instead of 0.42 ms, 7.1 instead of 2.6 ms at 4M, and every CPU speedup over such a reference was inflated
+# by that much. Below 32 MiB (glibc's ceiling for this setting) blocks come from the heap, kept, not trimmed.
 ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
 
 
@@ -151,6 +150,7 @@ def _run_one(backend, spawner, arena, job: dict, load_task) -> dict:
     judge recycled if the candidate changed its state), then checked and timed."""
     from kfray.eval.remote import RemoteRunner, RunnerFailed
     from kfray.eval.state_check import changes, fingerprint, tampered
+    from kfray.tasks.suite_spec import suite_task
 
     runner = fn = None
     t0 = time.perf_counter()
@@ -159,7 +159,7 @@ def _run_one(backend, spawner, arena, job: dict, load_task) -> dict:
         # requests have deadlines of their own); the kernel's limit starts once both are loaded.
         job["extend"](float(job["call_deadline_s"]) + SETUP_ALLOWANCE_S)
     try:
-        task = load_task(job["task_ref"])
+        task = suite_task(job["suite_task"]) if job.get("suite_task") else load_task(job["task_ref"])
         loads = {"load_task": time.perf_counter() - t0}
         if spawner is not None:
             runner = RemoteRunner(spawner, deadline_s=float(job.get("call_deadline_s", 600.0)))

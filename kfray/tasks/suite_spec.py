@@ -52,6 +52,29 @@ class SuiteSpec:
         return "backward" if self.direction == "backward" else "forward"
 
 
+def suite_task_data(task) -> dict:
+    """What a judge or a runner needs of a suite task, as plain data: its spec, its parameter
+    names, its name and ref (they rebuild it with `suite_task`, without loading and tracing it)."""
+    import os
+    from dataclasses import asdict
+
+    spec = asdict(task.suite)
+    spec["path"] = os.path.abspath(spec["path"])       # the other process has a folder of its own
+    return {"spec": spec, "param_args": dict(getattr(task, "param_args", {}) or {}),
+            "name": str(getattr(task, "name", "")), "ref": str(getattr(task, "ref", "") or "")}
+
+
+def suite_task(data: dict):
+    """A suite task rebuilt from `suite_task_data`: `suite`, `param_args`, `name`, `ref`."""
+    from types import SimpleNamespace
+
+    d = dict(data["spec"])
+    d["configs"] = tuple(RkbConfig(**c) for c in d.get("configs", ()))
+    d["flagged"], d["notes"] = tuple(d.get("flagged", ())), tuple(d.get("notes", ()))
+    return SimpleNamespace(suite=SuiteSpec(**d), param_args=dict(data.get("param_args", {})),
+                           name=data.get("name", ""), ref=data.get("ref", ""))
+
+
 def format_gib(n: float) -> str:
     """Bytes as GiB for messages, e.g. '1.5 GiB', '140 GiB'."""
     return f"{n / 2**30:.3g} GiB"
