@@ -17,6 +17,7 @@ import weakref
 
 from kfray.eval import wire
 from kfray.eval.tensor_wire import export_tensor, import_tensor
+from kfray.tasks.suite_spec import suite_task_data
 
 SAMPLED_CALLS = 8          # timed calls per configuration whose outputs the judge keeps to check
 MAX_STATE = 100_000        # parameters and buffers of one candidate model, at most
@@ -73,8 +74,9 @@ class RemoteKernel:
             self.pool = torch.cuda.MemPool()
         # The suite's spec as data: the runner rebuilds its cases without loading the task again
         # (a KernelBench task's load traces its model: seconds, and torch ops a fork must not follow).
-        runner.request({"op": "load_torch", "artifact": artifact, "spec": dataclasses.asdict(task.suite),
-                        "param_args": dict(getattr(task, "param_args", {}) or {}), "device": device,
+        data = suite_task_data(task)
+        runner.request({"op": "load_torch", "artifact": artifact, "spec": data["spec"],
+                        "param_args": data["param_args"], "device": device,
                         "arch": arch}, timeout=max(120.0, runner.deadline_s))
 
     # -- the cases, with their candidate side in the runner -------------------------------------
