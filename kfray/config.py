@@ -98,6 +98,8 @@ class EvalConfig:
                                      # cadence (each of its calls waits on the wire); false: the
                                      # wire's empty round trip apart, which left the smallest tasks' reference
                                      # idle less between calls than its kernel
+    suite_ref_timing: str = "auto"   # suite tasks: where the reference is timed: runner (its own, as the candidate
+                                     # is timed in its own), judge, or auto (runner on the GPU for forward tasks)
     slow_factor: float = 20.0        # suite tasks: a call slower than the reference's by this factor is a
                                      # timeout (the limits follow the reference's own measured time)
     max_timeout_s: float = 1800.0    # suite tasks: the most a job's limit grows to for a slow reference
@@ -168,6 +170,7 @@ _CHOICES = {
     ("eval", "backend"): ("cpu", "cuda", "sycl", "sim", "torch_ext_cpu", "torch_ext_cuda"),
     ("eval", "sycl_form"): ("jit", "aot", "opencl"),
     ("eval", "isolation"): ("strict", "namespaces", "none"),
+    ("eval", "suite_ref_timing"): ("auto", "runner", "judge"),
     ("proposer", "kind"): ("offline", "llm"),
     ("proposer", "edit_mode"): ("diff", "rewrite", "auto"),
     ("search", "target_strategy"): ("mutate", "intensify", "specialize", "balance"),

@@ -358,8 +358,9 @@ def suite_cache(tmp_path_factory):
     return tmp_path_factory.mktemp("suite_cache")
 
 
-def _verify(task: str, kernel: Path, cache: Path) -> EvalResult:
-    res, backend = verify(task, str(kernel), "torch_ext_cpu", [f"eval.cache_dir={cache}", "eval.suite_perf_trials=10"])
+def _verify(task: str, kernel: Path, cache: Path, *sets: str) -> EvalResult:
+    res, backend = verify(task, str(kernel), "torch_ext_cpu", [f"eval.cache_dir={cache}", "eval.suite_perf_trials=10",
+                                                                *sets])
     return res
 
 
@@ -407,6 +408,23 @@ def test_a_modelnew_that_slows_the_references_torch_function_gains_nothing(tmp_p
     assert r.tier == 5, r.reason
     speedup = r.facts["suite"]["speedup"]
     assert speedup < 2.0, f"the reference was slowed in its own process: {speedup:.2f}x"
+
+
+def test_the_reference_timed_in_a_runner_of_its_own_is_the_references_time_untouched(tmp_path, suite_cache):
+    """eval.suite_ref_timing=runner (the default on the GPU): the reference is timed in a runner of its
+    own, forked from the clean zygote. The same model on both sides then reads about 1x, and a
+    candidate that slows torch in its own process does not slow the reference's runner."""
+    task = problem(tmp_path, 2048)
+    same = _verify(task, modelnew(tmp_path, "same", body="        return torch.relu(x)"), suite_cache,
+                   "eval.suite_ref_timing=runner")
+    assert same.tier == 5, same.reason
+    assert same.facts["suite"]["reference_timed"] == "in a runner of its own", same.facts["suite"]
+    assert 0.5 < same.facts["suite"]["speedup"] < 2.0, same.facts["suite"]
+    slowed = _verify(task, modelnew(tmp_path, "slowref_apart", prelude=SLOW_RELU), suite_cache,
+                     "eval.suite_ref_timing=runner")
+    assert slowed.tier == 5, slowed.reason
+    assert slowed.facts["suite"]["reference_timed"] == "in a runner of its own"
+    assert slowed.facts["suite"]["speedup"] < 2.0, f"the reference's runner was slowed: {slowed.facts['suite']}"
 
 
 def test_control_patching_torch_slows_a_reference_in_the_same_process(tmp_path):

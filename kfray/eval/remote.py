@@ -44,12 +44,27 @@ class RemoteRunner:
 
     def request_fds(self, obj: dict, fds=(), timeout: float | None = None, want_fds: bool = True):
         """(answer, the descriptors that came with it)."""
+        return self.answer(self.post(obj, fds), timeout, want_fds)
+
+    def post(self, obj: dict, fds=()) -> int:
+        """Send a request without waiting for its answer (read later with `answer`); its number."""
         if self.sock is None:
             raise RunnerFailed("the candidate's process is gone")
-        got: list[int] = []
         seq = int.from_bytes(os.urandom(6), "little")     # echoed: an answer written ahead is out of turn
         try:
             wire.send(self.sock, {**obj, "seq": seq}, fds)
+        except OSError:
+            why = self._exit_reason()
+            self.close()
+            raise RunnerFailed(why) from None
+        return seq
+
+    def answer(self, seq: int, timeout: float | None = None, want_fds: bool = True):
+        """The answer to request `seq`, held to its form: (answer, the descriptors that came with it)."""
+        if self.sock is None:
+            raise RunnerFailed("the candidate's process is gone")
+        got: list[int] = []
+        try:
             if want_fds:
                 ans, got = wire.recv(self.sock, timeout=timeout or self.deadline_s, max_bytes=MAX_ANSWER,
                                      want_fds=True)
@@ -283,15 +298,17 @@ def claimed_times(fn) -> list | None:
 class paused:
     """Stop the candidate's processes (its runner, and under the judge's PID namespace everything
     but the judge and the zygote) while the judge times its reference: a kernel that left threads
-    or children loading the machine cannot slow the reference down."""
+    or children loading the machine cannot slow the reference down. `spare`: processes to leave
+    running (the reference's own runner)."""
 
-    def __init__(self, fn):
+    def __init__(self, fn, spare=()):
         from kfray.eval.spawner import others_in_namespace
 
         runner = getattr(fn, "runner", None)
         self.pids: list[int] = []
         if runner is not None and runner.pid:
             self.pids = others_in_namespace(runner.zygote_pid) if os.getpid() == 1 else [runner.pid]
+            self.pids = [p for p in self.pids if p not in spare]
 
     def _signal(self, sig) -> None:
         for pid in self.pids:

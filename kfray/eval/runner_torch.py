@@ -64,9 +64,15 @@ class TorchSide:
         torch.backends.cuda.matmul.allow_tf32 = False     # the judge's defaults; the candidate may change its own
         torch.backends.cudnn.allow_tf32 = False
         task = suite_task({"spec": req["spec"], "param_args": req.get("param_args", {})})
-        kernel = load_suite_kernel(req["artifact"], task, req.get("arch", ""))
         self.spec = task.suite
-        self.cases = runner_for(task.suite, kernel, task).cases()
+        if req.get("side") == "ref":      # the task's own reference as this runner's model: no kernel here
+            import dataclasses
+
+            self.cases = [dataclasses.replace(c, make_new=c.make_ref, call_new=c.call_ref)
+                          for c in runner_for(task.suite, None, task).cases()]
+        else:
+            kernel = load_suite_kernel(req["artifact"], task, req.get("arch", ""))
+            self.cases = runner_for(task.suite, kernel, task).cases()
         return {"cases": len(self.cases)}, []
 
     def torch_build(self, req: dict, fds) -> tuple[dict, list]:

@@ -50,8 +50,16 @@ class RemoteModel:
 
 
 class RemoteKernel:
-    def __init__(self, runner, artifact: str, task, device: str, arch: str = ""):
-        self.runner, self.device = runner, device
+    """A suite model in a runner. `side` "new": the candidate's (from `artifact`); "ref": the
+    task's own reference, which the judge times in a runner of its own, so that both sides' calls
+    go through the same process, wire and allocator (`reference`, made by the backend). With
+    `post` the load is sent and its answer read at the first use (`ready`)."""
+
+    def __init__(self, runner, artifact: str, task, device: str, arch: str = "", side: str = "new",
+                 post: bool = False):
+        self.runner, self.device, self.side = runner, device, side
+        self.reference = None                            # the reference's RemoteKernel, when it has one
+        self.reference_note = ""
         self.direction = task.suite.direction
         self._keys = itertools.count(1)
         self._dropped: list[str] = []                    # keys of input sets the judge let go of
@@ -75,9 +83,38 @@ class RemoteKernel:
         # The suite's spec as data: the runner rebuilds its cases without loading the task again
         # (a KernelBench task's load traces its model: seconds, and torch ops a fork must not follow).
         data = suite_task_data(task)
-        runner.request({"op": "load_torch", "artifact": artifact, "spec": data["spec"],
-                        "param_args": data["param_args"], "device": device,
-                        "arch": arch}, timeout=max(120.0, runner.deadline_s))
+        self._load = runner.post({"op": "load_torch", "artifact": artifact, "spec": data["spec"],
+                                  "param_args": data["param_args"], "device": device, "arch": arch, "side": side})
+        if not post:
+            self.ready()
+
+    def ready(self) -> "RemoteKernel":
+        """The load's answer read (once): the runner has its cases."""
+        if self._load is not None:
+            seq, self._load = self._load, None
+            self.runner.answer(seq, timeout=max(120.0, self.runner.deadline_s), want_fds=False)
+        return self
+
+    def reference_ready(self):
+        """The reference's runner, loaded; None where there is none or it failed (the judge then
+        times the reference itself, and `reference_note` says why)."""
+        from kfray.eval.remote import RunnerFailed
+
+        ref = self.reference
+        if ref is None:
+            return None
+        try:
+            return ref.ready()
+        except RunnerFailed as e:
+            self.reference, self.reference_note = None, f"the reference's runner failed ({str(e)[:200]})"
+            ref.runner.close()
+            ref.runner_gone()
+            return None
+
+    def case_for(self, case):
+        """`case` with this runner's model, calls and inputs on its candidate side."""
+        return dataclasses.replace(case, make_new=lambda i=case.index: self.build(i), call_new=self.call,
+                                   prepare=self.share, remote=self)
 
     # -- the cases, with their candidate side in the runner -------------------------------------
     def cases(self, local: list) -> list:
@@ -87,8 +124,7 @@ class RemoteKernel:
                 out.append(dataclasses.replace(c, call_new=_runs_in_the_runner, prepare=self.share, remote=self,
                                                index=i))
                 continue
-            out.append(dataclasses.replace(
-                c, make_new=lambda i=i: self.build(i), call_new=self.call, prepare=self.share, remote=self, index=i))
+            out.append(self.case_for(dataclasses.replace(c, index=i)))
         return out
 
     def build(self, case: int, seed: int | None = None) -> RemoteModel:
@@ -295,6 +331,8 @@ class RemoteKernel:
         """The runner drops the input sets and outputs the judge no longer holds and gives its
         cached device memory back; what it says it still holds (figures for the log, never a
         verdict)."""
+        if self.reference is not None and self.reference._load is None:
+            self.reference.let_go()
         ans = self.runner.request({"op": "torch_release", "ids": self._last, "drop": self._take_dropped(),
                                    "settle": True})
         self._last = []
@@ -309,6 +347,10 @@ class RemoteKernel:
         shared CUDA block until its receiver lowers the block's IPC counter, which a killed runner
         never does; the judge lowers them itself (once for each time it shared a block with it),
         then gives the pool and its cached blocks back to the device for the next runner."""
+        ref, self.reference = self.reference, None
+        if ref is not None:                   # the reference's runner ends with the candidate's
+            ref.runner.close()
+            ref.runner_gone()
         if self.device != "cuda":
             return
         import gc

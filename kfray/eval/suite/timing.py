@@ -87,6 +87,10 @@ def time_case(judge: Judge, clock: Clock, case: Case, seed: int, side: str, warm
     import torch
 
     sp, dev = judge.spec, judge.device
+    candidate = case.remote
+    via = getattr(candidate, "reference", None) if side == "ref" and not compiled else None
+    if via is not None:       # the reference in its own runner, timed as the candidate is in its own
+        case, side = via.case_for(case), "new"
     with making(sp, dev):
         set_seed(seed)
         xs = to_device(case.make_inputs(), dev)
@@ -106,6 +110,8 @@ def time_case(judge: Judge, clock: Clock, case: Case, seed: int, side: str, warm
                 set_seed(seed + 1)
                 rotation.append(case.prepare(to_device(case.make_inputs(), dev)))
         remote.rotation = rotation
+        remote.check = None
+    if remote is not None and via is None:       # the reference's own runner is not checked: it is the reference
         with torch.no_grad(), making(sp, dev):   # the reference's result on each set: timed calls kept at
             set_seed(seed)                       # random are checked against it at once, nothing stored
             ref_model = to_module(case.make_ref(), dev)
@@ -124,7 +130,9 @@ def time_case(judge: Judge, clock: Clock, case: Case, seed: int, side: str, warm
     # KernelBench problem to 80 us. Meanwhile the candidate's processes are stopped
     # (kfray.eval.remote.paused).
     hold = contextlib.nullcontext()
-    if side == "ref" and case.remote is not None:
+    if via is not None:                   # the candidate's processes stopped, the reference's runner not
+        hold, pace = paused(candidate, spare=(via.runner.pid,)), 0.0
+    elif side == "ref" and case.remote is not None:
         if not pace:                      # no cadence measured: at least the wire's round trip
             pace = case.remote.runner.round_trip[0]
         hold = paused(case.remote)
@@ -173,20 +181,21 @@ def time_case(judge: Judge, clock: Clock, case: Case, seed: int, side: str, warm
             if remote is None:
                 with hold:
                     ts = clock.samples(call, warmup, trials, clone_inputs if fresh else None, budget_s, pace=pace)
-            else:                 # the candidate's own times, held against the judge's clock
+            else:                 # the runner's own times, held against the judge's clock
                 log = remote.start_timing(trials, L2_FLUSH_BYTES if clock.flush_l2 else 0)
                 try:
-                    ts = clock.samples(call, warmup, trials, None, budget_s, settle_flush=True)
+                    with hold:
+                        ts = clock.samples(call, warmup, trials, None, budget_s, settle_flush=True)
                     if last[0] is not None and remote.check is not None:   # the last call's, on its own set
                         remote.check(remote.last_idx, list(last[0]))
                 finally:
                     remote.stop_timing()
                 last[0] = None
-                del refs
                 pairs = log[-len(ts):]
                 why = clock_check(pairs, remote.runner.quiet_round_trip(), remote.overhead)
                 if why:
-                    judge.flags.append(f"configuration {case.name}: {why}")
+                    whose = "the reference's runner (the kernel may have tampered with it)" if via else ""
+                    judge.flags.append(f"configuration {case.name}: {whose}{': ' if whose else ''}{why}")
                 ts = [c for _, c, _ in pairs]
     return ts, (model, xs, last[0])
 
@@ -232,6 +241,8 @@ def measure(backend, judge: Judge, cases: list[Case], job: dict) -> dict:
     budget = float(job.get("suite_time_budget_s") or 0.0)
     clock = Clock(backend, flush_l2=kb)
     seed = SUITE_SEED
+    remote = cases[0].remote if cases else None
+    via = remote.reference_ready() if hasattr(remote, "reference_ready") else None   # loaded before any timing
     times, ref_times, per_shape, spreads = {}, {}, {}, []
     means_new, means_ref, means_cmp, cmp_note = [], [], [], ""
     for case in cases:
@@ -270,7 +281,10 @@ def measure(backend, judge: Judge, cases: list[Case], job: dict) -> dict:
              "statistic": statistic(kb, backend.device, trials),
              "avg_mean_ms": avg_new * 1e3, "ref_avg_mean_ms": avg_ref * 1e3,
              "speedup": avg_ref / avg_new if avg_new > 0 else 0.0, "configs": len(cases),
-             "rtol": spec.rtol, "atol": spec.atol}
+             "rtol": spec.rtol, "atol": spec.atol,
+             "reference_timed": "in a runner of its own" if via is not None else "in the judge"}
+    if getattr(remote, "reference_note", ""):
+        suite["reference_note"] = remote.reference_note
     if means_cmp and len(means_cmp) == len(cases):
         suite["compile_avg_mean_ms"] = float(np.mean(means_cmp)) * 1e3
         suite["speedup_compile"] = float(np.mean(means_cmp)) / avg_new if avg_new > 0 else 0.0
