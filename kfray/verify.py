@@ -101,8 +101,9 @@ def _format_suite(res: EvalResult, suite: dict, backend: str, kernel: str, task_
             cmp = f", torch.compile {row['compile_mean_ms']:.4f} ms" if "compile_mean_ms" in row else ""
             lines.append(f"  {shape}: mean {row['mean_ms']:.4f} ms, eager PyTorch {row['ref_mean_ms']:.4f} ms{cmp} "
                          f"({row['samples']} samples); medians {row['median_ms']:.4f} / {row['ref_median_ms']:.4f} ms")
+        where = f"; the reference timed {suite['reference_timed']}" if suite.get("reference_timed") else ""
         lines.append(f"  speedup   {suite.get('speedup', 0.0):.3f}x {name}'s way ({suite.get('statistic', '')}, "
-                     "against eager PyTorch)")
+                     f"against eager PyTorch{where})")
         pub = suite.get("published")
         if pub:
             lines.append(f"            {pub['speedup']:.3f}x against KernelBench's published eager time "
