@@ -181,7 +181,7 @@ static std::atomic<int> kf_stop, kf_done;
 static const float* kx; static float* ky; static float ka, kb; static int64_t kn;
 static void* kf_spin(void*) { while (!kf_stop.load()) {} return nullptr; }
 static void* kf_work(void*) {
-    for (int r = 0; r < 40; ++r) for (int64_t i = 0; i < kn; ++i) ky[i] = ka * kx[i] + kb;
+    for (int r = 0; r < 10; ++r) for (int64_t i = 0; i < kn; ++i) ky[i] = ka * kx[i] + kb;
     kf_done = 1; return nullptr;
 }
 """
