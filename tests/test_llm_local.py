@@ -267,6 +267,26 @@ def test_edit_that_does_not_apply_is_asked_again_as_a_whole_file():
         assert len(srv.requests) == 4
 
 
+def test_a_local_models_answer_is_bounded_by_the_source_it_rewrites():
+    from kfray.proposal import ProposalContext
+    from kfray.proposers.llm import answer_tokens
+    from kfray.tasks import load_task
+
+    task = load_task("axpb")
+    seed = task.baseline_seed("cpp").source
+    ctx = ProposalContext(task=task, language="cpp", parent=None, inspirations=[], target_cell=None,
+                          meta_prompt=None, device_facts={}, island=0, generation=1)
+    whole = "```cpp\n" + AXPB.replace("a * x[i] + b", "b + a * x[i]") + "```"
+    with ScriptedServer([whole]) as srv:
+        for mode in ("rewrite", "diff"):
+            LLMProposer(_cfg(srv, edit_mode=mode, max_tokens=8192)).propose(ctx, random.Random(0))
+        whole_file, edits = (r["max_tokens"] for r in srv.requests)
+    assert 512 <= whole_file <= 2 * len(seed) // 3 + 300 < 8192, (whole_file, len(seed))
+    assert edits <= whole_file, (edits, whole_file)
+    # nothing to go by, or a source longer than the ceiling: proposer.max_tokens as set
+    assert answer_tokens(None, "rewrite", 4096) == 4096 and answer_tokens("x" * 30000, "rewrite", 4096) == 4096
+
+
 class _TaskServer(ScriptedServer):
     """Answers by what is asked: a whole file for the task named in the prompt, broken (an
     undeclared name) for a first try and fixed for a repair; each answer a new variant."""
