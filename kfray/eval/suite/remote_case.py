@@ -57,7 +57,7 @@ class RemoteKernel:
 
     def __init__(self, runner, artifact: str, task, device: str, arch: str = "", side: str = "new",
                  post: bool = False):
-        self.runner, self.device, self.side = runner, device, side
+        self.runner, self.device = runner, device
         self.reference = None                            # the reference's RemoteKernel, when it has one
         self.reference_note = ""
         self.direction = task.suite.direction
@@ -100,16 +100,21 @@ class RemoteKernel:
         times the reference itself, and `reference_note` says why)."""
         from kfray.eval.remote import RunnerFailed
 
-        ref = self.reference
-        if ref is None:
+        if self.reference is None:
             return None
         try:
-            return ref.ready()
+            return self.reference.ready()
         except RunnerFailed as e:
-            self.reference, self.reference_note = None, f"the reference's runner failed ({str(e)[:200]})"
+            self.reference_note = f"the reference's runner failed ({str(e)[:200]})"
+            self._end_reference()
+            return None
+
+    def _end_reference(self) -> None:
+        """The reference's runner ended, and what the judge shared with it let go of."""
+        ref, self.reference = self.reference, None
+        if ref is not None:
             ref.runner.close()
             ref.runner_gone()
-            return None
 
     def case_for(self, case):
         """`case` with this runner's model, calls and inputs on its candidate side."""
@@ -347,10 +352,7 @@ class RemoteKernel:
         shared CUDA block until its receiver lowers the block's IPC counter, which a killed runner
         never does; the judge lowers them itself (once for each time it shared a block with it),
         then gives the pool and its cached blocks back to the device for the next runner."""
-        ref, self.reference = self.reference, None
-        if ref is not None:                   # the reference's runner ends with the candidate's
-            ref.runner.close()
-            ref.runner_gone()
+        self._end_reference()                  # the reference's runner ends with the candidate's
         if self.device != "cuda":
             return
         import gc

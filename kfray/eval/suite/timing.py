@@ -194,8 +194,8 @@ def time_case(judge: Judge, clock: Clock, case: Case, seed: int, side: str, warm
                 pairs = log[-len(ts):]
                 why = clock_check(pairs, remote.runner.quiet_round_trip(), remote.overhead)
                 if why:
-                    whose = "the reference's runner (the kernel may have tampered with it)" if via else ""
-                    judge.flags.append(f"configuration {case.name}: {whose}{': ' if whose else ''}{why}")
+                    whose = "the reference's runner (the kernel may have tampered with it): " if via else ""
+                    judge.flags.append(f"configuration {case.name}: {whose}{why}")
                 ts = [c for _, c, _ in pairs]
     return ts, (model, xs, last[0])
 
