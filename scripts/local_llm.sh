@@ -15,7 +15,8 @@
 # Settings (environment): KFRAY_LLM_HOME (default ~/.cache/kfray/llm), KFRAY_LLM_PORT (8080),
 # KFRAY_LLM_ALIAS (qwen2.5-coder-1.5b), KFRAY_LLM_CTX (4096), KFRAY_LLM_THREADS (all cores but one:
 # llama.cpp threads that share a core with kfray's compiles spin and slow down 5x),
-# KFRAY_LLM_NICE (10: the model shares the cores with compiles and timings), PYTHON (python3).
+# KFRAY_LLM_NICE (10: the model shares the cores with compiles and timings), KFRAY_LLM_CACHE_BYTES
+# (2 GiB of saved prompt states), PYTHON (python3).
 set -euo pipefail
 
 HOME_DIR="${KFRAY_LLM_HOME:-$HOME/.cache/kfray/llm}"
@@ -24,6 +25,10 @@ ALIAS="${KFRAY_LLM_ALIAS:-qwen2.5-coder-1.5b}"
 CTX="${KFRAY_LLM_CTX:-4096}"
 THREADS="${KFRAY_LLM_THREADS:-$(( $(nproc) > 1 ? $(nproc) - 1 : 1 ))}"  # a core left for compiles and timings
 NICE="${KFRAY_LLM_NICE:-10}"
+# The server keeps the model's state after each prompt it read, in RAM, up to this many bytes (about
+# 115 MB a 4k-token prompt); a new prompt starts from the saved state that shares its longest
+# beginning, so a second request on the same task and parent reads only what follows the parent.
+CACHE="${KFRAY_LLM_CACHE_BYTES:-2147483648}"
 PY="${PYTHON:-python3}"
 VENV="$HOME_DIR/venv"
 MODEL="$HOME_DIR/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
@@ -80,7 +85,8 @@ start() {
     build_server
     say "serving $ALIAS on $URL (log: $LOG)"
     nohup nice -n "$NICE" "$VENV/bin/python" -m llama_cpp.server --model "$MODEL" --host 127.0.0.1 \
-        --port "$PORT" --model_alias "$ALIAS" --n_ctx "$CTX" --n_threads "$THREADS" >"$LOG" 2>&1 &
+        --port "$PORT" --model_alias "$ALIAS" --n_ctx "$CTX" --n_threads "$THREADS" \
+        --cache True --cache_type ram --cache_size "$CACHE" >"$LOG" 2>&1 &
     echo $! >"$PIDFILE"
     for _ in $(seq 1 120); do
         if answers; then say "ready: $URL (model $ALIAS)"; echo "$URL"; return; fi

@@ -129,3 +129,51 @@ def test_a_helper_the_parent_defines_is_carried_with_what_it_uses(tmp_path):
     unknown = child.replace("kf_piece(x, y, p", "kf_other(x, y, p")
     rc, msg = gxx(tmp_path, unknown)
     assert rc != 0 and fix(unknown, msg, parent) is None      # not the parent's: the model's to fix
+
+
+@needs_gxx
+def test_slips_seen_in_a_third_run(tmp_path):
+    """From the 2026-12-04 sixth-session run with the 1.5B model: `INFINITY` and AVX intrinsics
+    without their headers, `#pragma omp parallel for` over a block or over loops OpenMP cannot split
+    (with `collapse`, only the clause goes), and a constant that shadows a parameter's macro."""
+    inf = HEAD + SIG + "    float m = -INFINITY;\n    for (int64_t i = 0; i < n; ++i) { m = m > x[i] ? m : x[i]; y[i] = m; }\n" \
+        "    return 0;\n}\n"
+    simd = HEAD + SIG + "    for (int64_t i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_loadu_ps(x + i));\n" \
+        "    _mm_sfence();\n    return 0;\n}\n"
+    for child, header in ((inf, "cmath"), (simd, "immintrin.h")):
+        rc, msg = gxx(tmp_path, child, "-march=native")
+        assert rc != 0
+        fixed, done = fix(child, msg)
+        assert done == [f"added <{header}>"] and gxx(tmp_path, fixed, "-march=native")[0] == 0, (done, fixed)
+
+    block = HEAD + SIG + "    #pragma omp parallel for schedule(static)\n    {\n" \
+        "        for (int64_t i = 0; i < n; ++i) y[i] = x[i];\n    }\n    return 0;\n}\n"
+    rc, msg = gxx(tmp_path, block)
+    assert rc != 0 and "for statement expected" in msg
+    fixed, done = fix(block, msg)
+    assert "#pragma omp" not in fixed and fixed.count("\n") == block.count("\n"), fixed
+    assert gxx(tmp_path, fixed)[0] == 0, done
+
+    nest = HEAD + SIG + "    #pragma omp parallel for collapse(2) schedule(dynamic)\n" \
+        "    for (int64_t r = 0; r < n; ++r)\n        for (int64_t c = 0; c < n && c + 4 <= n; ++c)\n" \
+        "            y[r] += x[c];\n    return 0;\n}\n"
+    rc, msg = gxx(tmp_path, nest)
+    assert rc != 0 and "invalid controlling predicate" in msg
+    fixed, done = fix(nest, msg)
+    assert "#pragma omp parallel for schedule(dynamic)\n" in fixed and gxx(tmp_path, fixed)[0] == 0, (done, fixed)
+
+    inside = HEAD + SIG + "    #pragma omp parallel\n    {\n        #pragma omp for\n" \
+        "        for (int64_t r = 0; r < n && x[r] > 0; ++r) y[r] = x[r];\n    }\n    return 0;\n}\n"
+    rc, msg = gxx(tmp_path, inside)
+    assert rc != 0 and "invalid controlling predicate" in msg
+    assert fix(inside, msg) is None       # without its pragma, every thread would run the loop
+
+    shadow = HEAD + "// @kf.param BK in [8, 32]\n" + SIG + \
+        "    const int64_t BK = 128;  // @kf.param BM in [1, 2]\n    for (int64_t i = 0; i < n; i += BK) y[i] = x[i];\n" \
+        "    return 0;\n}\n"
+    rc, msg = gxx(tmp_path, shadow, "-DBK=8")
+    assert rc != 0 and "numeric constant" in msg
+    fixed, done = fix(shadow, msg)
+    assert "= 128" not in fixed and "// @kf.param BM in [1, 2]" in fixed, fixed
+    assert done == ["dropped the child's own constant BK, which the parameter BK defines"]
+    assert gxx(tmp_path, fixed, "-DBK=8")[0] == 0

@@ -125,7 +125,11 @@ def test_prompt_carries_context(task):
         msgs = srv.requests[0]["messages"]
     assert [m["role"] for m in msgs] == ["system", "user"]
     system, user = msgs[0]["content"], msgs[1]["content"]
-    assert "Memory traffic is the enemy." in system
+    # the meta-prompt comes after the parent, and the system message is the same for every request,
+    # so that a server's prompt cache reuses the task's sections and the parent (builder.system_message)
+    assert "Memory traffic is the enemy." not in system and system in \
+        {build_messages(_ctx(task, meta=False), mode)[0]["content"] for mode in ("diff", "rewrite")}
+    assert user.index(task.signature("cpp")) < user.index(FEEDBACK_REASON) < user.index("Memory traffic is the enemy.")
     assert task.signature("cpp") in user
     assert FEEDBACK_REASON in user
     assert "memory_bandwidth_gbs: 120" in user and "name: Xeon test CPU" in user

@@ -385,6 +385,7 @@ def test_a_local_one_slot_endpoint_gets_islands_and_batch_that_keep_it_busy():
     assert cfg.proposer.edit_mode == "rewrite"          # no diff that fails to apply, then a second request
     assert "one request at a time" in line and "search.batch=1" in line and "search.islands=2" in line
     assert "proposer.edit_mode=rewrite" in line and "search.migrate_every=1" in line
+    assert cfg.prompts.evolve_every == 12 and "prompts.evolve_every=12" in line   # fewer requests that evaluate nothing
     diff = load_config(None, local + ["proposer.edit_mode=diff"])
     assert "edit_mode" not in fit_to_endpoint(diff) and diff.proposer.edit_mode == "diff"
     mine = load_config(None, local + ["search.batch=3"])          # what the user set stays

@@ -79,13 +79,14 @@ def _tuning(e: Elite, limit: int = 6) -> str:
 
 
 def system_message(ctx: ProposalContext, mode: str = "rewrite") -> str:
-    text = ("You are an expert GPU and CPU kernel engineer. You write correct, fast kernels, "
+    """The same for every request of a mode: a server that keeps the work of the prompts it has read
+    (llama.cpp's prompt cache) reads only what follows the longest beginning a new prompt shares with
+    one it has seen, so what changes least comes first (here, then the task's sections, then the
+    parent) and the meta-prompt's sections, philosophy included, come after the parent."""
+    return ("You are an expert GPU and CPU kernel engineer. You write correct, fast kernels, "
             "reason about memory traffic, parallelism and the hardware, and answer with "
             + ("SEARCH/REPLACE edits of the kernel you are given." if mode == "diff"
                else "exactly one complete source file."))
-    if ctx.meta_prompt and ctx.meta_prompt.sections.get("philosophy"):
-        text += "\n\n" + ctx.meta_prompt.sections["philosophy"].strip()
-    return text
 
 
 DIFF_EXAMPLE = """<<<<<<< SEARCH
@@ -175,6 +176,11 @@ def prompt_sections(ctx: ProposalContext, mode: str = "rewrite") -> list[Section
         if seed is not None:
             out.append(Section(_section("Starting point (baseline seed; no correct kernel yet)",
                                         _code(seed.source, lang, src_lines))))
+    if ctx.meta_prompt and not ctx.repair:     # after the parent: see system_message
+        for key, title, prio in (("philosophy", "Approach", 2), ("strategies", "Strategies", 2),
+                                 ("pitfalls", "Pitfalls to avoid", 3), ("analysis", "How to analyse", 5)):
+            if ctx.meta_prompt.sections.get(key):
+                out.append(Section(_section(title, ctx.meta_prompt.sections[key]), prio))
     if ctx.inspirations and not ctx.repair:
         for i, e in enumerate(ctx.inspirations, 1):
             out.append(Section(_section(f"Another kernel from the archive (ideas to borrow) {i}",
@@ -185,11 +191,6 @@ def prompt_sections(ctx: ProposalContext, mode: str = "rewrite") -> list[Section
         out.append(Section(_section("Target style", f"Aim for a kernel with {cell}."), 2))
     if ctx.directives and not ctx.repair:
         out.append(Section(_section("Directives", "\n".join(f"- {d}" for d in ctx.directives)), 1))
-    if ctx.meta_prompt and not ctx.repair:
-        for key, title, prio in (("strategies", "Strategies", 2), ("pitfalls", "Pitfalls to avoid", 3),
-                                 ("analysis", "How to analyse", 5)):
-            if ctx.meta_prompt.sections.get(key):
-                out.append(Section(_section(title, ctx.meta_prompt.sections[key]), prio))
     out.append(Section(_section("Output format", _output_format(lang, mode))))
     return out
 

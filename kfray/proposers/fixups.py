@@ -5,7 +5,8 @@ A small model's compile errors are mostly of a few kinds that need no model to f
 declares, `collapse` on a loop that is not a nest; and in a later run, `omp_get_num_threads`
 without <omp.h>, `#include <stdint>`, and `collapse` on a `#pragma omp parallel` that has no
 loop; and a helper the parent defines, `kf_row` or `kf_slice`, that the child calls after it
-rewrote only `kf_forward`). Each fix here changes only what a compiler message names exactly, and
+rewrote only `kf_forward`; and in a third, `INFINITY` and AVX intrinsics without their headers, and
+`#pragma omp parallel for` over a block or a loop OpenMP cannot split). Each fix here changes only what a compiler message names exactly, and
 says what it did; anything else is left to the model's repair.
 """
 from __future__ import annotations
@@ -40,6 +41,8 @@ _COLLAPSE = re.compile(r":(\d+):\d+: error: not enough (?:for )?loops to collaps
 # A name used without `std::` that the compiler says is undeclared: its header, where it is a C
 # library or OpenMP name (not a kernel's own name: those are the model's, or a parameter's).
 PLAIN_HEADERS = {**{n: h for n, h in STD_HEADERS.items() if h in ("cmath", "cstring", "cstdint", "cstddef")},
+                 **dict.fromkeys(("INFINITY", "NAN", "HUGE_VAL", "HUGE_VALF"), "cmath"),
+                 **dict.fromkeys(("FLT_MAX", "FLT_MIN", "FLT_EPSILON", "DBL_MAX"), "cfloat"),
                  **dict.fromkeys(("malloc", "free", "aligned_alloc", "calloc", "realloc", "abort"), "cstdlib"),
                  **dict.fromkeys(("printf", "fprintf", "snprintf"), "cstdio")}
 # A C header named without `.h` or its C++ `c` prefix (`#include <stdint>`): the C++ form.
@@ -48,6 +51,13 @@ _NO_FILE = re.compile(r"fatal error: ([\w./]+): No such file or directory|cannot
 _BAD_CLAUSE = re.compile(r":(\d+):\d+: error: ['‘`\"](\w+)['’`\"] is not valid for ['‘`\"]#pragma omp ([\w ]+)['’`\"]")
 _NOT_DECLARED = re.compile(r"['‘`\"](\w+)['’`\"] (?:was not declared in this scope|has not been declared)"
                            r"|identifier \"(\w+)\" is undefined|\"(\w+)\" is not a class or namespace")
+_INTRINSIC = re.compile(r"_mm\d*_\w+$|__m(?:64|128|256|512)[a-z]?$|_MM_\w+$")
+# `#pragma omp ... for` whose loop OpenMP cannot split: over a block, or a loop not in its canonical form
+_NO_LOOP = re.compile(r":(\d+):\d+: error: for statement expected before|"
+                      r":(\d+):\d+: error: invalid (?:controlling predicate|increment expression)")
+# a parameter's macro expanded in the child's own declaration of that name (`const int BK = 128;`)
+_SHADOWED = re.compile(r"expected unqualified-id before numeric constant\n(?:.*\n)*?.*?:(\d+):\d+: note: in expansion "
+                       r"of macro ['‘`\"](\w+)['’`\"]")
 _PARAM = re.compile(r"^[ \t]*//[ \t]*@kf\.param[ \t]+(\w+)\b.*$", re.M)
 _INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"]([^>\"]+)[>\"].*$", re.M)
 
@@ -71,6 +81,8 @@ def plain_headers(source: str, diagnostics: str) -> list[str]:
         name = a or b
         if name.startswith("omp_"):
             want.append("omp.h")
+        elif _INTRINSIC.match(name):
+            want.append("immintrin.h")
         elif name in PLAIN_HEADERS:
             want.append(PLAIN_HEADERS[name])
     return [h for h in dict.fromkeys(want) if h not in have]
@@ -188,6 +200,47 @@ def drop_collapse(source: str, diagnostics: str) -> str | None:
     return "".join(lines) if changed else None
 
 
+def drop_unsplittable(source: str, diagnostics: str) -> tuple[str, list[str]]:
+    """For each line the compiler says is no loop OpenMP can split (`for statement expected`,
+    `invalid controlling predicate`, `invalid increment expression`), the combined `#pragma omp
+    parallel for` just above it goes: the code then runs as written, on one thread. A `collapse`
+    there goes alone (the outer loop may be fine), and a bare `omp for`
+    inside a parallel region is left to the model (every thread would run the loop). The pragma
+    line is blanked, so the message's other line numbers still hold."""
+    lines = source.splitlines(keepends=True)
+    done = []
+    for a, b in _NO_LOOP.findall(diagnostics):
+        at = int(a or b) - 1
+        for k in range(min(at, len(lines) - 1), max(at - 4, -1), -1):
+            if "#pragma omp" not in lines[k]:
+                continue
+            if "collapse" in lines[k]:
+                lines[k] = re.sub(r"[ \t]*\bcollapse[ \t]*\([ \t]*\d+[ \t]*\)", "", lines[k])
+                done.append(f"dropped collapse above line {at + 1}, whose loops OpenMP cannot split")
+            elif re.search(r"#pragma\s+omp\s+parallel\s+for\b", lines[k]):
+                lines[k] = "\n"
+                done.append(f"dropped #pragma omp parallel for above line {at + 1}, which is no loop OpenMP can split")
+            break
+    return "".join(lines), done
+
+
+def drop_shadowing(source: str, diagnostics: str) -> tuple[str, list[str]]:
+    """Without the child's one-line declaration of a constant named as a parameter (`const int64_t BK
+    = 128;` where BK comes with -DBK=...), which the compiler names as the macro's expansion: the
+    parameter's value then stands where the constant's did. The line is blanked (numbers hold)."""
+    lines = source.splitlines(keepends=True)
+    done = []
+    for line, name in _SHADOWED.findall(diagnostics):
+        at = int(line) - 1
+        decl = re.compile(rf"^[ \t]*(?:static[ \t]+)?(?:const(?:expr)?[ \t]+)?[\w:]+[ \t]+{name}[ \t]*=[^;{{}}]*;")
+        if 0 <= at < len(lines) and decl.match(lines[at]):
+            lines[at] = decl.sub("", lines[at], count=1)
+            if not lines[at].strip():
+                lines[at] = "\n"
+            done.append(f"dropped the child's own constant {name}, which the parameter {name} defines")
+    return "".join(lines), done
+
+
 def fix(source: str, diagnostics: str, parent_source: str | None = None) -> tuple[str, list[str]] | None:
     """(fixed source, what was done) where a compiler message names a fix exactly, else None."""
     done, out = [], source
@@ -196,6 +249,10 @@ def fix(source: str, diagnostics: str, parent_source: str | None = None) -> tupl
         out = dropped
         done.append("dropped collapse on a loop that is not a nest")
     out, dropped_clauses = drop_bad_clauses(out, diagnostics)
+    done += dropped_clauses
+    out, dropped_clauses = drop_unsplittable(out, diagnostics)
+    done += dropped_clauses
+    out, dropped_clauses = drop_shadowing(out, diagnostics)
     done += dropped_clauses
     out, renamed = renamed_headers(out, diagnostics)    # same number of lines
     done += ["included " + r for r in renamed]
