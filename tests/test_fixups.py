@@ -177,3 +177,31 @@ def test_slips_seen_in_a_third_run(tmp_path):
     assert "= 128" not in fixed and "// @kf.param BM in [1, 2]" in fixed, fixed
     assert done == ["dropped the child's own constant BK, which the parameter BK defines"]
     assert gxx(tmp_path, fixed, "-DBK=8")[0] == 0
+
+
+@needs_gxx
+def test_a_parallel_for_over_a_block_that_shares_its_own_loop_and_a_mixed_min(tmp_path):
+    """Seen in the seventh-session run: `#pragma omp parallel for collapse(2)` over a block whose
+    loop has its own `#pragma omp for` (the model meant a parallel region), and std::min of an int
+    and an int64_t (no template argument can be deduced); a min of two class types is left alone."""
+    region = HEAD + SIG + "    #pragma omp parallel for collapse(2)\n    {\n        float local = 0.f;\n" \
+        "        #pragma omp for schedule(dynamic)\n        for (int64_t i = 0; i < n; ++i) y[i] = x[i] + local;\n" \
+        "    }\n    return 0;\n}\n"
+    rc, msg = gxx(tmp_path, region)
+    assert rc != 0 and "for statement expected" in msg
+    fixed, done = fix(region, msg)
+    assert "    #pragma omp parallel\n" in fixed and "#pragma omp for schedule(dynamic)" in fixed, (done, fixed)
+    assert gxx(tmp_path, fixed)[0] == 0
+
+    mixed = HEAD + "#include <algorithm>\n" + SIG + \
+        "    for (int64_t i = 0; i < n; ++i) y[i] = x[std::min(4, n - 1)] + std::min(2.0f, 1.0) + std::max(1, i);\n" \
+        "    return 0;\n}\n"
+    rc, msg = gxx(tmp_path, mixed)
+    assert rc != 0 and "no matching function for call to" in msg
+    fixed, done = fix(mixed, msg)
+    assert "std::min<int64_t>(4, n - 1)" in fixed and "std::min<double>(2.0f, 1.0)" in fixed, (done, fixed)
+    assert "std::max<int64_t>(1, i)" in fixed and gxx(tmp_path, fixed)[0] == 0
+    odd = HEAD + "#include <algorithm>\n#include <string>\n" + SIG + \
+        "    std::string a(\"a\");\n    y[0] = std::min(a, \"b\").size();\n    return 0;\n}\n"
+    rc, msg = gxx(tmp_path, odd)
+    assert rc != 0 and fix(odd, msg) is None

@@ -55,6 +55,9 @@ _INTRINSIC = re.compile(r"_mm\d*_\w+$|__m(?:64|128|256|512)[a-z]?$|_MM_\w+$")
 # `#pragma omp ... for` whose loop OpenMP cannot split: over a block, or a loop not in its canonical form
 _NO_LOOP = re.compile(r":(\d+):\d+: error: for statement expected before|"
                       r":(\d+):\d+: error: invalid (?:controlling predicate|increment expression)")
+# std::min / std::max of two types (`min(int, int64_t&)`): no template argument can be deduced
+_MIXED = re.compile(r":(\d+):(\d+): error: no matching function for call to ['‘`\"](min|max)\(([^,()]+), ([^,()]+)\)['’`\"]")
+_FLOATS = ("float", "double")
 # a parameter's macro expanded in the child's own declaration of that name (`const int BK = 128;`)
 _SHADOWED = re.compile(r"expected unqualified-id before numeric constant\n(?:.*\n)*?.*?:(\d+):\d+: note: in expansion "
                        r"of macro ['‘`\"](\w+)['’`\"]")
@@ -200,27 +203,76 @@ def drop_collapse(source: str, diagnostics: str) -> str | None:
     return "".join(lines) if changed else None
 
 
+def _block_has_worksharing(lines: list[str], at: int) -> bool:
+    """Whether the `{ ... }` block that opens on line `at` holds a `#pragma omp for`."""
+    depth = 0
+    for line in lines[at:]:
+        if re.search(r"#pragma\s+omp\s+for\b", line):
+            return True
+        depth += line.count("{") - line.count("}")
+        if depth <= 0 and "}" in line:
+            return False
+    return False
+
+
 def drop_unsplittable(source: str, diagnostics: str) -> tuple[str, list[str]]:
-    """For each line the compiler says is no loop OpenMP can split (`for statement expected`,
-    `invalid controlling predicate`, `invalid increment expression`), the combined `#pragma omp
-    parallel for` just above it goes: the code then runs as written, on one thread. A `collapse`
-    there goes alone (the outer loop may be fine), and a bare `omp for`
-    inside a parallel region is left to the model (every thread would run the loop). The pragma
-    line is blanked, so the message's other line numbers still hold."""
+    """Each `#pragma omp parallel for` just above a line the compiler says is no loop OpenMP can
+    split. Over a block (`for statement expected`): `parallel` alone where the block shares out its
+    own `#pragma omp for` (what the model meant), else the pragma goes and the block runs as written
+    on one thread. Over a loop (`invalid controlling predicate`, `invalid increment expression`):
+    its `collapse` goes where it has one (the outer loop may be fine), else the pragma. A bare `omp
+    for` inside a parallel region is left to the model (every thread would run the loop). Lines are
+    changed in place, so the message's other line numbers still hold."""
     lines = source.splitlines(keepends=True)
     done = []
     for a, b in _NO_LOOP.findall(diagnostics):
-        at = int(a or b) - 1
+        block, at = bool(a), int(a or b) - 1
         for k in range(min(at, len(lines) - 1), max(at - 4, -1), -1):
             if "#pragma omp" not in lines[k]:
                 continue
-            if "collapse" in lines[k]:
+            if not re.search(r"#pragma\s+omp\s+parallel\s+for\b", lines[k]):
+                break
+            if block and _block_has_worksharing(lines, at):
+                lines[k] = re.sub(r"[ \t]*\b(?:collapse|schedule|ordered|lastprivate)\b(?:[ \t]*\([^()]*\))?", "",
+                                  re.sub(r"(#pragma\s+omp\s+parallel)\s+for\b", r"\1", lines[k]))
+                done.append(f"made the #pragma omp parallel for above line {at + 1} a parallel region: "
+                            "its block shares out its own loop")
+            elif not block and "collapse" in lines[k]:
                 lines[k] = re.sub(r"[ \t]*\bcollapse[ \t]*\([ \t]*\d+[ \t]*\)", "", lines[k])
                 done.append(f"dropped collapse above line {at + 1}, whose loops OpenMP cannot split")
-            elif re.search(r"#pragma\s+omp\s+parallel\s+for\b", lines[k]):
+            else:
                 lines[k] = "\n"
                 done.append(f"dropped #pragma omp parallel for above line {at + 1}, which is no loop OpenMP can split")
             break
+    return "".join(lines), done
+
+
+def _wider(a: str, b: str) -> str | None:
+    """The type both arguments of a mixed std::min / std::max convert to without loss, where plain:
+    the floating one, the wider float, or the other of `int` and an integer type; else None."""
+    a, b = (re.sub(r"\bconst\b|&", "", t).strip() for t in (a, b))
+    if a == b:
+        return None
+    if a in _FLOATS and b in _FLOATS:
+        return "double"
+    if (a in _FLOATS) != (b in _FLOATS):
+        return a if a in _FLOATS else b
+    if "int" in (a, b) and re.fullmatch(r"(?:u?int(?:32|64)_t|long(?: long)?(?: int)?|size_t|ptrdiff_t)", b if a == "int" else a):
+        return b if a == "int" else a
+    return None
+
+
+def typed_min_max(source: str, diagnostics: str) -> tuple[str, list[str]]:
+    """`std::min<T>(` where the compiler names a min or max of two types at a line and column, T
+    the wider of the two (_wider); a pair with no plain answer is left to the model. A line's calls
+    are done right to left, so the columns of those still to do hold."""
+    lines = source.splitlines(keepends=True)
+    done = []
+    for line, col, name, a, b in sorted(set(_MIXED.findall(diagnostics)), key=lambda m: (int(m[0]), -int(m[1]))):
+        at, c, t = int(line) - 1, int(col) - 1, _wider(a, b)
+        if t and 0 <= at < len(lines) and lines[at][:c].endswith(name) and lines[at][c:c + 1] == "(":
+            lines[at] = lines[at][:c] + f"<{t}>" + lines[at][c:]
+            done.append(f"{name}<{t}> for a {name} of {a.strip()} and {b.strip()}")
     return "".join(lines), done
 
 
@@ -253,6 +305,8 @@ def fix(source: str, diagnostics: str, parent_source: str | None = None) -> tupl
     out, dropped_clauses = drop_unsplittable(out, diagnostics)
     done += dropped_clauses
     out, dropped_clauses = drop_shadowing(out, diagnostics)
+    done += dropped_clauses
+    out, dropped_clauses = typed_min_max(out, diagnostics)    # columns: right to left on a line
     done += dropped_clauses
     out, renamed = renamed_headers(out, diagnostics)    # same number of lines
     done += ["included " + r for r in renamed]
