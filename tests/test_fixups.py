@@ -131,9 +131,20 @@ def test_a_helper_the_parent_defines_is_carried_with_what_it_uses(tmp_path):
     assert rc != 0 and fix(unknown, msg, parent) is None      # not the parent's: the model's to fix
 
 
+def fixed_and_built(tmp_path, child: str, words: str, *flags: str) -> tuple[str, list[str]]:
+    """The child fails with a message holding `words`, is fixed, and the fixed child builds."""
+    rc, msg = gxx(tmp_path, child, *flags)
+    assert rc != 0 and words in msg, msg
+    got = fix(child, msg)
+    assert got is not None, msg
+    fixed, done = got
+    assert gxx(tmp_path, fixed, *flags)[0] == 0, (done, fixed)
+    return fixed, done
+
+
 @needs_gxx
 def test_slips_seen_in_a_third_run(tmp_path):
-    """From the 2026-12-04 sixth-session run with the 1.5B model: `INFINITY` and AVX intrinsics
+    """From the sixth session's run with the 1.5B model (2026-12-04): `INFINITY` and AVX intrinsics
     without their headers, `#pragma omp parallel for` over a block or over loops OpenMP cannot split
     (with `collapse`, only the clause goes), and a constant that shadows a parameter's macro."""
     inf = HEAD + SIG + "    float m = -INFINITY;\n    for (int64_t i = 0; i < n; ++i) { m = m > x[i] ? m : x[i]; y[i] = m; }\n" \
@@ -148,19 +159,14 @@ def test_slips_seen_in_a_third_run(tmp_path):
 
     block = HEAD + SIG + "    #pragma omp parallel for schedule(static)\n    {\n" \
         "        for (int64_t i = 0; i < n; ++i) y[i] = x[i];\n    }\n    return 0;\n}\n"
-    rc, msg = gxx(tmp_path, block)
-    assert rc != 0 and "for statement expected" in msg
-    fixed, done = fix(block, msg)
-    assert "#pragma omp" not in fixed and fixed.count("\n") == block.count("\n"), fixed
-    assert gxx(tmp_path, fixed)[0] == 0, done
+    fixed, done = fixed_and_built(tmp_path, block, "for statement expected")
+    assert "#pragma omp" not in fixed and fixed.count("\n") == block.count("\n"), (done, fixed)
 
     nest = HEAD + SIG + "    #pragma omp parallel for collapse(2) schedule(dynamic)\n" \
         "    for (int64_t r = 0; r < n; ++r)\n        for (int64_t c = 0; c < n && c + 4 <= n; ++c)\n" \
         "            y[r] += x[c];\n    return 0;\n}\n"
-    rc, msg = gxx(tmp_path, nest)
-    assert rc != 0 and "invalid controlling predicate" in msg
-    fixed, done = fix(nest, msg)
-    assert "#pragma omp parallel for schedule(dynamic)\n" in fixed and gxx(tmp_path, fixed)[0] == 0, (done, fixed)
+    fixed, done = fixed_and_built(tmp_path, nest, "invalid controlling predicate")
+    assert "#pragma omp parallel for schedule(dynamic)\n" in fixed, (done, fixed)
 
     inside = HEAD + SIG + "    #pragma omp parallel\n    {\n        #pragma omp for\n" \
         "        for (int64_t r = 0; r < n && x[r] > 0; ++r) y[r] = x[r];\n    }\n    return 0;\n}\n"
@@ -171,12 +177,9 @@ def test_slips_seen_in_a_third_run(tmp_path):
     shadow = HEAD + "// @kf.param BK in [8, 32]\n" + SIG + \
         "    const int64_t BK = 128;  // @kf.param BM in [1, 2]\n    for (int64_t i = 0; i < n; i += BK) y[i] = x[i];\n" \
         "    return 0;\n}\n"
-    rc, msg = gxx(tmp_path, shadow, "-DBK=8")
-    assert rc != 0 and "numeric constant" in msg
-    fixed, done = fix(shadow, msg)
+    fixed, done = fixed_and_built(tmp_path, shadow, "numeric constant", "-DBK=8")
     assert "= 128" not in fixed and "// @kf.param BM in [1, 2]" in fixed, fixed
     assert done == ["dropped the child's own constant BK, which the parameter BK defines"]
-    assert gxx(tmp_path, fixed, "-DBK=8")[0] == 0
 
 
 @needs_gxx
@@ -187,20 +190,15 @@ def test_a_parallel_for_over_a_block_that_shares_its_own_loop_and_a_mixed_min(tm
     region = HEAD + SIG + "    #pragma omp parallel for collapse(2)\n    {\n        float local = 0.f;\n" \
         "        #pragma omp for schedule(dynamic)\n        for (int64_t i = 0; i < n; ++i) y[i] = x[i] + local;\n" \
         "    }\n    return 0;\n}\n"
-    rc, msg = gxx(tmp_path, region)
-    assert rc != 0 and "for statement expected" in msg
-    fixed, done = fix(region, msg)
+    fixed, done = fixed_and_built(tmp_path, region, "for statement expected")
     assert "    #pragma omp parallel\n" in fixed and "#pragma omp for schedule(dynamic)" in fixed, (done, fixed)
-    assert gxx(tmp_path, fixed)[0] == 0
 
     mixed = HEAD + "#include <algorithm>\n" + SIG + \
         "    for (int64_t i = 0; i < n; ++i) y[i] = x[std::min(4, n - 1)] + std::min(2.0f, 1.0) + std::max(1, i);\n" \
         "    return 0;\n}\n"
-    rc, msg = gxx(tmp_path, mixed)
-    assert rc != 0 and "no matching function for call to" in msg
-    fixed, done = fix(mixed, msg)
+    fixed, done = fixed_and_built(tmp_path, mixed, "no matching function for call to")
     assert "std::min<int64_t>(4, n - 1)" in fixed and "std::min<double>(2.0f, 1.0)" in fixed, (done, fixed)
-    assert "std::max<int64_t>(1, i)" in fixed and gxx(tmp_path, fixed)[0] == 0
+    assert "std::max<int64_t>(1, i)" in fixed
     odd = HEAD + "#include <algorithm>\n#include <string>\n" + SIG + \
         "    std::string a(\"a\");\n    y[0] = std::min(a, \"b\").size();\n    return 0;\n}\n"
     rc, msg = gxx(tmp_path, odd)
