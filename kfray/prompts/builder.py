@@ -78,7 +78,7 @@ def _tuning(e: Elite, limit: int = 6) -> str:
     return "\n".join(lines)
 
 
-def system_message(ctx: ProposalContext, mode: str = "rewrite") -> str:
+def system_message(mode: str = "rewrite") -> str:
     """The same for every request of a mode: a server that keeps the work of the prompts it has read
     (llama.cpp's prompt cache) reads only what follows the longest beginning a new prompt shares with
     one it has seen, so what changes least comes first (here, then the task's sections, then the
@@ -199,7 +199,7 @@ def user_message(ctx: ProposalContext, mode: str = "rewrite", prompt_tokens: int
     """The user message; with `prompt_tokens` > 0, the sections that fit that budget (with the
     system message), most useful first."""
     sections = prompt_sections(ctx, mode)
-    text, _ = fit(sections, prompt_tokens, reserve=estimate_tokens(system_message(ctx, mode)))
+    text, _ = fit(sections, prompt_tokens, reserve=estimate_tokens(system_message(mode)))
     if len(text) > MAX_PROMPT_CHARS:  # keep the head (task, contract) and the output format
         tail = sections[-1].text
         text = text[:MAX_PROMPT_CHARS - len(tail) - 40] + "\n[... truncated ...]\n\n" + tail
@@ -209,5 +209,5 @@ def user_message(ctx: ProposalContext, mode: str = "rewrite", prompt_tokens: int
 def build_messages(ctx: ProposalContext, mode: str = "rewrite", prompt_tokens: int = 0) -> list[dict]:
     """OpenAI chat messages for one proposal: [system, user]. `mode` is how the model answers:
     rewrite (a whole file) or diff (SEARCH/REPLACE blocks against the parent)."""
-    return [{"role": "system", "content": system_message(ctx, mode)},
+    return [{"role": "system", "content": system_message(mode)},
             {"role": "user", "content": user_message(ctx, mode, prompt_tokens)}]

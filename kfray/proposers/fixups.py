@@ -5,9 +5,10 @@ A small model's compile errors are mostly of a few kinds that need no model to f
 declares, `collapse` on a loop that is not a nest; and in a later run, `omp_get_num_threads`
 without <omp.h>, `#include <stdint>`, and `collapse` on a `#pragma omp parallel` that has no
 loop; and a helper the parent defines, `kf_row` or `kf_slice`, that the child calls after it
-rewrote only `kf_forward`; and in a third, `INFINITY` and AVX intrinsics without their headers, and
-`#pragma omp parallel for` over a block or a loop OpenMP cannot split). Each fix here changes only what a compiler message names exactly, and
-says what it did; anything else is left to the model's repair.
+rewrote only `kf_forward`; and in a third, `INFINITY` and AVX intrinsics without their headers,
+`#pragma omp parallel for` over a block or a loop OpenMP cannot split, a constant that shadows a
+parameter, and `std::min` of two types). Each fix here changes only what a compiler message names
+exactly, and says what it did; anything else is left to the model's repair.
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ _NOT_IN_STD = re.compile(r"['‘`\"](\w+)['’`\"] is not a member of ['‘`\"]s
                          r"|namespace \"std\" has no member \"(\w+)\"")
 _HINT = re.compile(r"#include <([\w./]+)>")
 _UNDECLARED = re.compile(r"['‘`\"](\w+)['’`\"] was not declared in this scope|identifier \"(\w+)\" is undefined")
+_COLLAPSE_CLAUSE = re.compile(r"[ \t]*\bcollapse[ \t]*\([ \t]*\d+[ \t]*\)")
 _COLLAPSE = re.compile(r":(\d+):\d+: error: not enough (?:for )?loops to collapse|"
                        r"\((\d+)\): error: .*collapse")
 # A name used without `std::` that the compiler says is undeclared: its header, where it is a C
@@ -197,7 +199,7 @@ def drop_collapse(source: str, diagnostics: str) -> str | None:
         at = int(a or b) - 1
         for k in range(min(at, len(lines) - 1), max(at - 4, -1), -1):     # the pragma a few lines up
             if "#pragma omp" in lines[k] and "collapse" in lines[k]:
-                lines[k] = re.sub(r"[ \t]*\bcollapse[ \t]*\([ \t]*\d+[ \t]*\)", "", lines[k])
+                lines[k] = _COLLAPSE_CLAUSE.sub("", lines[k])
                 changed = True
                 break
     return "".join(lines) if changed else None
@@ -238,7 +240,7 @@ def drop_unsplittable(source: str, diagnostics: str) -> tuple[str, list[str]]:
                 done.append(f"made the #pragma omp parallel for above line {at + 1} a parallel region: "
                             "its block shares out its own loop")
             elif not block and "collapse" in lines[k]:
-                lines[k] = re.sub(r"[ \t]*\bcollapse[ \t]*\([ \t]*\d+[ \t]*\)", "", lines[k])
+                lines[k] = _COLLAPSE_CLAUSE.sub("", lines[k])
                 done.append(f"dropped collapse above line {at + 1}, whose loops OpenMP cannot split")
             else:
                 lines[k] = "\n"
@@ -300,14 +302,9 @@ def fix(source: str, diagnostics: str, parent_source: str | None = None) -> tupl
     if dropped is not None:
         out = dropped
         done.append("dropped collapse on a loop that is not a nest")
-    out, dropped_clauses = drop_bad_clauses(out, diagnostics)
-    done += dropped_clauses
-    out, dropped_clauses = drop_unsplittable(out, diagnostics)
-    done += dropped_clauses
-    out, dropped_clauses = drop_shadowing(out, diagnostics)
-    done += dropped_clauses
-    out, dropped_clauses = typed_min_max(out, diagnostics)    # columns: right to left on a line
-    done += dropped_clauses
+    for step in (drop_bad_clauses, drop_unsplittable, drop_shadowing, typed_min_max):  # each keeps line numbers
+        out, did = step(out, diagnostics)
+        done += did
     out, renamed = renamed_headers(out, diagnostics)    # same number of lines
     done += ["included " + r for r in renamed]
     out, helpers = carried_helpers(out, diagnostics, parent_source)
