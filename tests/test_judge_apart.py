@@ -448,6 +448,16 @@ def test_a_modelnew_that_memoises_by_input_address_gains_nothing(tmp_path, suite
         f"memoised results were timed as the kernel's: {r.facts.get('suite')}"
 
 
+def test_the_judge_starts_its_own_work_while_the_candidates_runner_loads(tmp_path, suite_cache):
+    k = modelnew(tmp_path, "slow_import", prelude="import time\ntime.sleep(1.5)\n")
+    r = _verify(problem(tmp_path, 8), k, suite_cache)
+    assert r.tier == 5, r.reason
+    assert r.facts["runner_load_s"]["import_s"] >= 1.5, r.facts.get("runner_load_s")
+    st = r.stage_seconds
+    assert st["load_kernel"] < 1.0, f"the judge waited for the runner's import before its own work: {st}"
+    assert st["load_wait"] > 0.2, f"the import's time went nowhere: {st}"
+
+
 def test_a_patch_left_by_one_modelnew_does_not_reach_the_next(tmp_path, suite_cache):
     poison = "torch.clamp_min = lambda *a, **k: (_ for _ in ()).throw(RuntimeError('left behind'))\n"
     task = problem(tmp_path, 8)

@@ -36,6 +36,7 @@ class RemoteRunner:
         self.known: set[int] = set()        # buffer ids this runner has mapped
         self.round_trip = (0.0, 0.0)        # median and 90th percentile of an empty request, seconds
         self.log: list[tuple[float, float, float]] = []  # (judge's seconds, claimed, run-queue wait) per call
+        self.before_next = None             # reads a request posted earlier (a load) before the next is sent
         self.calibrate()
 
     def request(self, obj: dict, fds=(), timeout: float | None = None) -> dict:
@@ -47,7 +48,11 @@ class RemoteRunner:
         return self.answer(self.post(obj, fds), timeout, want_fds)
 
     def post(self, obj: dict, fds=()) -> int:
-        """Send a request without waiting for its answer (read later with `answer`); its number."""
+        """Send a request without waiting for its answer (read later with `answer`); its number.
+        An earlier request's answer still owed (`before_next`) is read first, so answers never cross."""
+        if self.before_next is not None:
+            settle, self.before_next = self.before_next, None
+            settle()
         if self.sock is None:
             raise RunnerFailed("the candidate's process is gone")
         seq = int.from_bytes(os.urandom(6), "little")     # echoed: an answer written ahead is out of turn

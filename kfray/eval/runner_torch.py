@@ -58,9 +58,12 @@ class TorchSide:
         from kfray.eval.suite.runners import runner_for
         from kfray.tasks.suite_spec import suite_task
 
+        t0 = time.perf_counter()
         self.device = req["device"]
         if self.device == "cuda":
             torch.cuda.set_device(0)
+            torch.cuda.synchronize()                      # the context made now, not at the first call
+        t1 = time.perf_counter()
         torch.backends.cuda.matmul.allow_tf32 = False     # the judge's defaults; the candidate may change its own
         torch.backends.cudnn.allow_tf32 = False
         task = suite_task({"spec": req["spec"], "param_args": req.get("param_args", {})})
@@ -73,7 +76,7 @@ class TorchSide:
         else:
             kernel = load_suite_kernel(req["artifact"], task, req.get("arch", ""))
             self.cases = runner_for(task.suite, kernel, task).cases()
-        return {"cases": len(self.cases)}, []
+        return {"cases": len(self.cases), "cuda_s": t1 - t0, "import_s": time.perf_counter() - t1}, []
 
     def torch_build(self, req: dict, fds) -> tuple[dict, list]:
         from kfray.eval.suite.common import making, set_seed, to_module

@@ -271,7 +271,7 @@ class TorchExtCpuBackend(Backend):
             return None
         ref = self._reference_side(runner, task)
         try:
-            kernel = RemoteKernel(runner, artifact, task, self.device, self._arch_list())
+            kernel = RemoteKernel(runner, artifact, task, self.device, self._arch_list(), post=True)
         except BaseException:
             if ref is not None:
                 ref.runner.close()

@@ -76,6 +76,10 @@ def run_suite_job(backend, kernel: Any, task, job: dict) -> dict:
         judge.memory.settle("start")          # what an earlier candidate left in this judge's cache
         size_limits(judge, cases, kernel, job)
         judge.memory.settle("reference timed once")
+        if remote is not None:                 # its runner loaded meanwhile: what is left of that wait
+            t_load = time.perf_counter()
+            remote.ready()
+            stages["load_wait"] = time.perf_counter() - t_load
         judge.suite_trials(cases)
         stages["correctness"] = time.perf_counter() - t0
         if backend.device == "cuda" and spec.direction == "forward":
@@ -112,6 +116,8 @@ def run_suite_job(backend, kernel: Any, task, job: dict) -> dict:
     figures["suite"]["max_diff"] = judge.max_diff
     figures["suite"].update(peak_memory(backend))
     facts = {"form": "suite", "suite": figures["suite"], "per_shape": figures["per_shape"]}
+    if remote is not None and remote.load_facts:
+        facts["runner_load_s"] = remote.load_facts
     if judge.memory.log:
         facts["judge_memory"] = judge.memory.log
     reason = ""

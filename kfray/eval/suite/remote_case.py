@@ -83,16 +83,23 @@ class RemoteKernel:
         # The suite's spec as data: the runner rebuilds its cases without loading the task again
         # (a KernelBench task's load traces its model: seconds, and torch ops a fork must not follow).
         data = suite_task_data(task)
+        self.load_facts: dict = {}                       # the runner's own seconds: CUDA context, import
         self._load = runner.post({"op": "load_torch", "artifact": artifact, "spec": data["spec"],
                                   "param_args": data["param_args"], "device": device, "arch": arch, "side": side})
+        runner.before_next = self.ready                  # whatever asks the runner next reads the load first
         if not post:
             self.ready()
 
     def ready(self) -> "RemoteKernel":
-        """The load's answer read (once): the runner has its cases."""
+        """The load's answer read (once): the runner has its cases. Until then the judge does its own
+        work (the candidate's runner opens its CUDA context and imports the file meanwhile)."""
         if self._load is not None:
             seq, self._load = self._load, None
-            self.runner.answer(seq, timeout=max(120.0, self.runner.deadline_s), want_fds=False)
+            self.runner.before_next = None
+            ans, _ = self.runner.answer(seq, timeout=max(120.0, self.runner.deadline_s), want_fds=False)
+            for k in ("cuda_s", "import_s"):
+                if isinstance(ans.get(k), (int, float)) and 0 <= ans[k] < 1e4:
+                    self.load_facts[k] = round(float(ans[k]), 4)
         return self
 
     def reference_ready(self):
@@ -338,6 +345,8 @@ class RemoteKernel:
         verdict)."""
         if self.reference is not None and self.reference._load is None:
             self.reference.let_go()
+        if self._load is not None:             # still loading: it holds nothing the judge shared
+            return {}
         ans = self.runner.request({"op": "torch_release", "ids": self._last, "drop": self._take_dropped(),
                                    "settle": True})
         self._last = []
