@@ -11,7 +11,9 @@ no reference in kernel form, so it runs the backward kernel the suite publishes 
 apart where there is none. They are judged as a sweep judges them: the tasks a sweep finds
 (kfray.sweep.plan), the backend it picks (torch_ext_cuda where the cluster has GPUs, one evaluator
 per GPU; else torch_ext_cpu), its evaluator actors and their queue (kfray.eval.evaluator,
-kfray.eval.queue), the suite's verdict with kfray's checks on top.
+kfray.eval.queue), the suite's verdict with kfray's checks on top. Each problem goes to the pool as
+soon as it is planned (a level of full-size models takes a minute to load), while the pool starts,
+and the levels follow each other through the one pool with no pause between them.
 
 Per level (level1, level2, level3, rkb) it prints correct / total, the time to verdict (from when
 its evaluator could start it, its build done, to its result) median and max, the wall time and
@@ -67,53 +69,70 @@ def rkb_tasks_folder(root: Path) -> Path:
     return root / "tasks" if (root / "tasks").is_dir() else root
 
 
-def plan_levels(kb_root: str | None, rkb_root: str | None, levels: list[int], wanted: str | None) -> dict:
-    """{level name: {"jobs": [(ref, seed name, source)], "failed": {name: why}, "not_loaded": {...},
-    "no_reference": {...}}} from the sweep's own planning."""
-    from kfray.sweep.plan import plan
+def plan_levels(kb_root: str | None, rkb_root: str | None, levels: list[int], wanted: str | None,
+                done: set = frozenset()):
+    """The sweep's own planning, one problem at a time as each loads (kfray.sweep.plan.plan_iter),
+    so that the evaluators start on the first while the rest load. Yields ("level", name, entry)
+    as a level begins (its entry, {"failed", "not_loaded", "no_reference"}, fills as it plans),
+    ("job", name, (ref, seed name, source)) for each problem to judge, ("skipped", name, problem)
+    for one judged correct before (`done`: (level, problem) pairs), and ("end", name, None)."""
+    from kfray.sweep.plan import plan_iter
 
-    out = {}
     suites = [(f"level{n}", kb_root, n) for n in levels] if kb_root else []
     if rkb_root:
         suites.append(("rkb", str(rkb_tasks_folder(Path(rkb_root))), None))
     for name, root, level in suites:
-        entry = {"jobs": [], "failed": {}, "not_loaded": {}, "no_reference": {}}
+        entry = {"failed": {}, "not_loaded": {}, "no_reference": {}}
+        yield "level", name, entry
         try:
-            refs, skipped = plan(root, level, wanted, "suite", offline=True)
+            for ref, why in plan_iter(root, level, wanted, "suite", offline=True):
+                if why and "seed kernel" in why:
+                    entry["no_reference"][problem_name(ref)] = "no reference in kernel form, and the suite publishes none"
+                elif why and name == "rkb":
+                    entry["not_loaded"][problem_name(ref)] = why
+                elif why:
+                    entry["failed"][problem_name(ref)] = f"does not load: {why}"
+                elif (name, problem_name(ref)) in done:
+                    yield "skipped", name, problem_name(ref)
+                else:
+                    kernel = reference_kernel(ref)
+                    if kernel is None:
+                        entry["no_reference"][problem_name(ref)] = "no reference in kernel form"
+                    else:
+                        yield "job", name, (ref, *kernel)
         except KfrayError as e:                   # no such level folder, --tasks matches nothing here
             print(f"{name}: {e}", file=sys.stderr)
-            out[name] = entry
-            continue
-        for ref, why in skipped.items():
-            if "seed kernel" in why:
-                entry["no_reference"][problem_name(ref)] = "no reference in kernel form, and the suite publishes none"
-            elif name == "rkb":
-                entry["not_loaded"][problem_name(ref)] = why
-            else:
-                entry["failed"][problem_name(ref)] = f"does not load: {why}"
-        for ref in refs:
-            kernel = reference_kernel(ref)
-            if kernel is None:
-                entry["no_reference"][problem_name(ref)] = "no reference in kernel form"
-            else:
-                entry["jobs"].append((ref, *kernel))
-        out[name] = entry
-    return out
+        yield "end", name, None
 
 
-def skip_correct(planned: dict, files: list[str]) -> int:
-    """Drop from the plan the problems an earlier output judged correct; how many were dropped."""
+def planned_in_background(events) -> "queue.Queue":
+    """The plan's events, made in a thread of their own; ("error", exception) if planning broke,
+    then None."""
+    import queue
+    import threading
+
+    q: queue.Queue = queue.Queue()
+
+    def work():
+        try:
+            for ev in events:
+                q.put(ev)
+        except BaseException as e:            # the main loop raises it
+            q.put(("error", e, None))
+        q.put(None)
+
+    threading.Thread(target=work, name="reference-sweep-plan", daemon=True).start()
+    return q
+
+
+def correct_before(files: list[str]) -> set:
+    """(level, problem) of every problem an earlier output judged correct."""
     done = set()
     for f in files:
         for r in json.loads(Path(f).read_text()).get("problems", []):
             if r.get("correct"):        # named again from its ref: older files named rkb tasks without their level
                 done.add((r["level"], problem_name(r["ref"]) if r.get("ref") else r["problem"]))
-    n = 0
-    for name, p in planned.items():
-        keep = [j for j in p["jobs"] if (name, problem_name(j[0])) not in done]
-        n += len(p["jobs"]) - len(keep)
-        p["jobs"] = keep
-    return n
+    return done
 
 
 def start_pool(cfg, address: str, backend_set: bool, evaluators_set: bool):
@@ -142,39 +161,92 @@ def start_pool(cfg, address: str, backend_set: bool, evaluators_set: bool):
     return evs, EvalQueue(evs, depth), infos, owned
 
 
-def run_level(queue, jobs: list, name: str, quiet: bool, ahead: bool, on_row=None) -> tuple[list[dict], float]:
-    """Every job of one level through the pool; (rows, wall seconds). A problem's time to verdict
-    is measured here, from when its evaluator could start it (its build done, and the evaluator's
-    previous evaluation finished: one at a time holds the device) to its result. `ahead`: the
-    evaluators build while another evaluation runs (GPU backends), else one job at a time. `on_row`
-    is called with the rows so far after each one (a run cut short keeps what it judged)."""
+class Level:
+    """One level as the sweep runs it: what its plan left out, its rows, and when it began and ended."""
+
+    def __init__(self, name: str, entry: dict):
+        self.name, self.entry = name, entry
+        self.rows: list[dict] = []
+        self.jobs = self.skipped = 0
+        self.planned = False
+        self.start: float | None = None       # when its first job could start on its evaluator
+        self.end: float | None = None         # its last result
+
+    def complete(self) -> bool:
+        return self.planned and len(self.rows) == self.jobs
+
+    def wall(self, now: float) -> float:
+        return max(0.0, (self.end or now) - self.start) if self.start is not None else 0.0
+
+    def add(self, row: dict, start: float, done: float) -> None:
+        self.rows.append(row)
+        self.start = start if self.start is None else min(self.start, start)
+        self.end = done if self.end is None else max(self.end, done)
+
+
+def run_sweep(queue, events, quiet: bool, ahead: bool, on_row=None, on_level=None) -> list[Level]:
+    """Every planned job through the pool as its plan arrives, the levels back to back (the next
+    level's builds start while the last one's problems are judged). A level's wall time runs from
+    when its first problem could start on its evaluator to its last result (on one GPU the levels'
+    times add up to the sweep's, less its start); a problem's time to verdict from when its evaluator could start it (its build done, and the
+    evaluator's previous evaluation finished: one at a time holds the device) to its result.
+    `ahead`: the evaluators build while another evaluation runs (GPU backends), else one job at a
+    time. `on_row(levels)` after each result, `on_level(level)` as each level completes, in order."""
+    import queue as queues
+
     t0 = time.perf_counter()
+    levels: list[Level] = []
     by_id, dispatched, last_done = {}, {}, {}
-    for ref, seed, source in jobs:
-        c = Candidate(task=ref, language="suite", source=source, origin=f"seed:{seed}")
-        by_id[c.id] = (ref, seed)
-        queue.submit(c)
-    rows = []
-    while len(queue):
+    planning, reported = True, 0
+    while planning or len(queue):
+        while planning:                   # what the plan has made so far; wait for it while idle
+            try:
+                ev = events.get(timeout=0.5) if not len(queue) else events.get_nowait()
+            except queues.Empty:
+                break
+            if ev is None:
+                planning = False
+                break
+            kind, name, item = ev
+            if kind == "error":
+                raise name
+            if kind == "level":
+                levels.append(Level(name, item))
+            elif kind == "end":
+                levels[-1].planned = True
+            elif kind == "job":
+                lv = levels[-1]
+                ref, seed, source = item
+                c = Candidate(task=ref, language="suite", source=source, origin=f"seed:{seed}")
+                by_id[c.id] = (lv, ref, seed)
+                lv.jobs += 1
+                queue.submit(c)
+            elif kind == "skipped":
+                levels[-1].skipped += 1
         now = time.perf_counter()
         for cand, _ in list(queue.in_flight.values()):
             dispatched.setdefault(cand.id, now)
-        for cand, res in queue.poll(1.0):
+        for cand, res in queue.poll(0.5 if len(queue) else 0.0):
             done = time.perf_counter()
-            ref, seed = by_id[cand.id]
-            r = row_of(name, ref, seed, res)
+            lv, ref, seed = by_id[cand.id]
+            r = row_of(lv.name, ref, seed, res)
             prev, sent = last_done.get(res.evaluator, t0), dispatched.get(cand.id, t0)
             start = max(prev, sent + r["compile_s"]) if ahead else max(prev, sent) + r["compile_s"]
             r["verdict_s"] = max(0.0, done - start)
             last_done[res.evaluator] = done
-            rows.append(r)
+            lv.add(r, start, done)
             if on_row:
-                on_row(rows, time.perf_counter() - t0)
+                on_row(levels)
             if not quiet:
-                print(f"  {name} {r['problem'][:56]:56s} {'correct' if r['correct'] else 'FAILED ':7s} "
+                print(f"  {lv.name} {r['problem'][:56]:56s} {'correct' if r['correct'] else 'FAILED ':7s} "
                       f"verdict {r['verdict_s']:6.1f} s  {r['suite_speedup'] or 0:5.2f}x  "
                       f"{'' if r['correct'] else r['reason'].splitlines()[0][:400] if r['reason'] else ''}", flush=True)
-    return rows, time.perf_counter() - t0
+        while reported < len(levels) and levels[reported].complete():
+            lv = levels[reported]
+            if on_level:
+                on_level(lv)
+            reported += 1
+    return levels
 
 
 def row_of(level: str, ref: str, seed: str, res: EvalResult) -> dict:
@@ -287,31 +359,38 @@ def main(argv: list[str] | None = None) -> int:
     sets = {s.partition("=")[0].strip() for s in args.set}
     levels = [int(x) for x in args.levels.split(",") if x.strip()]
     t0 = time.perf_counter()
-    planned = plan_levels(args.kernelbench, args.rkb, levels, args.tasks)
-    skipped = skip_correct(planned, args.skip_correct)
-    plan_s = time.perf_counter() - t0
+    events = planned_in_background(plan_levels(args.kernelbench, args.rkb, levels, args.tasks,
+                                               correct_before(args.skip_correct)))
     evs, queue, infos, owned = start_pool(cfg, args.address, "eval.backend" in sets, "eval.evaluators" in sets)
     import ray
 
-    print(f"reference sweep: {sum(len(p['jobs']) for p in planned.values())} problems on {len(evs)} "
-          f"{cfg.eval.backend} evaluator(s) ({infos[0]['hardware'] if infos else '?'}); planned in {plan_s:.0f} s"
-          + (f"; {skipped} judged correct before, left out" if skipped else ""), flush=True)
+    print(f"reference sweep on {len(evs)} {cfg.eval.backend} evaluator(s) ({infos[0]['hardware'] if infos else '?'}), "
+          f"started in {time.perf_counter() - t0:.0f} s; each problem is judged as soon as it is planned", flush=True)
     out = {"gpu": gpu_slug(infos, cfg.eval.backend), "backend": cfg.eval.backend, "evaluators": len(evs),
            "hardware": sorted({i.get("hardware", "") for i in infos}), "timeout_s": cfg.eval.timeout_s,
-           "torch_compile": cfg.eval.torch_compile, "plan_s": round(plan_s, 3), "levels": {}, "problems": []}
+           "torch_compile": cfg.eval.torch_compile, "start_s": round(time.perf_counter() - t0, 3), "levels": {},
+           "problems": []}
     path = Path(args.out) if args.out else ROOT / "scripts" / "results" / f"reference_sweep_{out['gpu']}.json"
+    done: list[Level] = []
+
+    def so_far(levels: list[Level]) -> None:          # a cut-short run keeps what it judged
+        now = time.perf_counter()
+        figs = {lv.name: {**level_entry(lv.rows, lv.entry, lv.wall(now)), "partial": True}
+                for lv in levels if lv not in done}
+        write_out(path, {**out, "levels": {**out["levels"], **figs},
+                         "problems": out["problems"] + [r for lv in levels if lv not in done for r in lv.rows]},
+                  t0, partial=True)
+
+    def level_done(lv: Level) -> None:
+        fig = level_entry(lv.rows, lv.entry, lv.wall(lv.end))
+        out["levels"][lv.name] = fig
+        out["problems"] += lv.rows
+        done.append(lv)
+        print_level(lv.name, fig, lv.entry)
+        write_out(path, out, t0, partial=True)
+
     try:
-        for name, p in planned.items():
-            def so_far(rows, wall, name=name, p=p):
-                fig = {**level_entry(rows, p, wall), "partial": True}
-                write_out(path, {**out, "levels": {**out["levels"], name: fig}, "problems": out["problems"] + rows},
-                          t0, partial=True)
-            rows, wall = run_level(queue, p["jobs"], name, args.quiet, cfg.eval.backend in GPU_BACKENDS, so_far)
-            fig = level_entry(rows, p, wall)
-            out["levels"][name] = fig
-            out["problems"] += rows
-            print_level(name, fig, p)
-            write_out(path, out, t0, partial=len(out["levels"]) < len(planned))   # a cut-short run keeps its levels
+        levels_run = run_sweep(queue, events, args.quiet, cfg.eval.backend in GPU_BACKENDS, so_far, level_done)
     finally:
         try:
             ray.get([ev.shutdown.remote() for ev in evs], timeout=30)
@@ -321,8 +400,11 @@ def main(argv: list[str] | None = None) -> int:
             ray.kill(ev)
         if owned:
             ray.shutdown()
+    skipped = sum(lv.skipped for lv in levels_run)
     write_out(path, out, t0, partial=False)
-    print(f"all: {out['correct']} / {out['total']} correct in {out['wall_s']:.0f} s")
+    print(f"all: {out['correct']} / {out['total']} correct in {out['wall_s']:.0f} s (the levels' own wall "
+          f"{sum(f['wall_s'] for f in out['levels'].values()):.0f} s)"
+          + (f"; {skipped} judged correct before, left out" if skipped else ""))
     print(f"wrote {path}")
     return 0 if out["correct"] == out["total"] else 1
 

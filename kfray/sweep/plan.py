@@ -3,6 +3,7 @@ the reason (cannot load, no seed for the offline proposer, flagged by the suite 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Iterator
 
 from kfray.errors import KfrayError
 
@@ -23,28 +24,41 @@ def select(refs: list[str], wanted: str | None) -> list[str]:
     return out
 
 
+def plan_iter(spec: str | None, level: int | None, wanted: str | None, language: str, offline: bool,
+              rkb_mode: str = "") -> Iterator[tuple[str, str | None]]:
+    """(ref, None) for each task a sweep can run and (ref, why) for each it skips, one at a time as
+    each loads: a level of full-size models takes a minute to load, and a caller can start on the
+    first meanwhile."""
+    from kfray.tasks import load_task, resolve
+
+    for ref in select(resolve(spec, level, rkb_mode), wanted):
+        try:
+            t = load_task(ref)
+        except KfrayError as e:
+            yield ref, str(e)
+            continue
+        except Exception as e:     # a user's file that breaks in a way we did not foresee
+            yield ref, f"{type(e).__name__}: {e}"
+            continue
+        suite = getattr(t, "suite", None)
+        if language != "suite" and suite is not None and suite.functional_error:
+            yield ref, (f"kf_forward kernels cannot take it: {suite.functional_error} (the suite's own form "
+                        "can: eval.backend=torch_ext_cpu or torch_ext_cuda)")
+        elif offline and not t.seeds_for(language):
+            yield ref, f"no {language} seed kernel, and the offline proposer needs one (use proposer.kind=llm)"
+        else:
+            yield ref, None
+
+
 def plan(spec: str | None, level: int | None, wanted: str | None, language: str, offline: bool,
          rkb_mode: str = ""):
     """(runnable refs, {ref: why skipped}) for a sweep."""
-    from kfray.tasks import discover, load_task
-
-    found = discover(spec, level, rkb_mode)
-    found = [(r, e) for r, e in found if r in select([x for x, _ in found], wanted)]
     runnable, skipped = [], {}
-    for ref, err in found:
-        if err:
-            skipped[ref] = err
-            continue
-        t = load_task(ref)
-        suite = getattr(t, "suite", None)
-        if language != "suite" and suite is not None and suite.functional_error:
-            skipped[ref] = (f"kf_forward kernels cannot take it: {suite.functional_error} (the suite's own form "
-                            "can: eval.backend=torch_ext_cpu or torch_ext_cuda)")
-            continue
-        if offline and not t.seeds_for(language):
-            skipped[ref] = f"no {language} seed kernel, and the offline proposer needs one (use proposer.kind=llm)"
-            continue
-        runnable.append(ref)
+    for ref, why in plan_iter(spec, level, wanted, language, offline, rkb_mode):
+        if why:
+            skipped[ref] = why
+        else:
+            runnable.append(ref)
     return runnable, skipped
 
 
