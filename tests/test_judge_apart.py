@@ -21,6 +21,7 @@ import pytest
 from kfray.candidate import Candidate, EvalResult
 from kfray.config import EvalConfig
 from kfray.eval.evaluator import Evaluator
+from kfray.eval import isolation
 from kfray.source import parse_params
 
 AXPB = ('#include <cstdint>\n#include <cstdlib>\n#include <sys/stat.h>\n#include <unistd.h>\n'
@@ -472,6 +473,8 @@ def test_a_patch_left_by_one_modelnew_does_not_reach_the_next(tmp_path, suite_ca
         assert first.tier == 5, first.reason
         second = run(modelnew(tmp_path, "victim"))
         assert second.tier == 5, f"the next candidate ran with the last one's patch: {second.reason}"
+        if isolation.active("namespaces"):     # its runner forked once the poisoner's processes were all gone
+            assert second.facts["runner_forked_ahead"] and not first.facts["runner_forked_ahead"], second.facts
         assert ev.sandbox.restarts == 0, "the judge was restarted: the test shows nothing about its runners"
     finally:
         ev.shutdown()

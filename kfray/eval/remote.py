@@ -37,6 +37,7 @@ class RemoteRunner:
         self.round_trip = (0.0, 0.0)        # median and 90th percentile of an empty request, seconds
         self.log: list[tuple[float, float, float]] = []  # (judge's seconds, claimed, run-queue wait) per call
         self.before_next = None             # reads a request posted earlier (a load) before the next is sent
+        self.spare = False                  # forked ahead, its device opened before its job (kfray.eval.spares)
         self.calibrate()
 
     def request(self, obj: dict, fds=(), timeout: float | None = None) -> dict:

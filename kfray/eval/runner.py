@@ -13,6 +13,7 @@ Requests (`op`):
 - `load_cdll`: dlopen a built library and take its `kf_forward` with the given argument kinds;
 - `call`: kf_forward on the mapped buffers (`["p", id, offset]`) and scalars (`["s", value]`);
 - `ping`: nothing (the judge measures the wire's round trip with it before anything is loaded);
+- `warm`: open the device now (a spare forked ahead of its job: kfray.eval.spares);
 - `cuda_open`, `cuda_map`: the runner's own CUDA context, and device buffers the judge shares by
   IPC handle (kfray.eval.runner_cuda); `call` then passes device pointers and the runner's stream;
 - `load_torch`, `torch_call`, `torch_state`: the suite forms (kfray.eval.runner_torch).
@@ -120,6 +121,8 @@ class Runner:
                     out = self.op_map(req, fds)
                 elif op == "ping":
                     out = {"s": 0.0}
+                elif op == "warm":
+                    out = _warm(req)
                 elif op == "call":
                     out = self.op_call(req)
                 elif op == "call_held" and self.cuda is not None:
@@ -162,6 +165,17 @@ class Runner:
                 wire.send(self.sock, {**out, "seq": seq})
             except OSError:
                 return
+
+
+def _warm(req: dict) -> dict:
+    """A spare runner opens its device before any job is given to it (kfray.eval.spares)."""
+    t0 = time.perf_counter()
+    if req.get("device") == "cuda":
+        import torch
+
+        torch.cuda.set_device(0)
+        torch.cuda.synchronize()
+    return {"s": time.perf_counter() - t0}
 
 
 def runner_main(sock: socket.socket) -> None:

@@ -30,6 +30,7 @@ from kfray.eval import isolation, wire
 from kfray.eval.compile_cache import default_root
 from kfray.eval.fastcheck import ensure_built
 from kfray.eval.isolation import scrubbed_env  # noqa: F401  (kfray.eval.sandbox.scrubbed_env, as before)
+from kfray.eval.spawner import end_strays
 
 
 def _die_with_parent() -> None:
@@ -45,42 +46,6 @@ def _die_with_parent() -> None:
         os._exit(1)
 
     threading.Thread(target=watch, daemon=True, name="kfray-parent-watch").start()
-
-
-def _end_strays(spare: int = 0) -> None:
-    """As the init of the sandbox's PID namespace: kill every other process in it (a kernel's
-    runner and whatever it forked) but the zygote `spare`, so nothing a kernel started outlives
-    its evaluation."""
-    if os.getpid() != 1:
-        return
-    from kfray.eval.spawner import others_in_namespace
-
-    killed = []
-    for pid in others_in_namespace(spare):
-        try:
-            os.kill(pid, signal.SIGKILL)
-            killed.append(pid)
-        except (ProcessLookupError, PermissionError):
-            pass
-    deadline = time.monotonic() + 2.0
-    while killed and time.monotonic() < deadline:
-        try:
-            while os.waitpid(-1, os.WNOHANG)[0] > 0:      # orphans are ours to reap
-                pass
-        except ChildProcessError:
-            pass
-        killed = [p for p in killed if _running(p)]
-        if killed:
-            time.sleep(0.001)
-
-
-def _running(pid: int) -> bool:
-    """Whether the process exists and has not ended (a zombie waits for its parent's reap)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return False
 
 
 def _worker_main(sock: socket.socket, backend_name: str, cfg, memory_mb: int) -> None:
@@ -103,6 +68,10 @@ def _worker_main(sock: socket.socket, backend_name: str, cfg, memory_mb: int) ->
 
     backend = get_backend(backend_name, cfg)
     backend.open_device()
+    warm = getattr(backend, "warm_request", None)
+    if spawner is not None and warm is not None:
+        from kfray.eval.spares import Spares
+        spawner.spares = Spares(spawner, warm())
     arena = Arena()
     wire.send(sock, {"ready": True})
     while True:
@@ -118,7 +87,8 @@ def _worker_main(sock: socket.socket, backend_name: str, cfg, memory_mb: int) ->
 
         job["extend"] = extend
         result = _run_one(backend, spawner, arena, job, load_task)
-        _end_strays(spawner.pid if spawner else 0)
+        spares = getattr(spawner, "spares", None)
+        end_strays(spawner.pid if spawner else 0, spares.pids() if spares is not None else frozenset())
         try:
             wire.send(sock, {**result, "seq": seq})
         except (TypeError, ValueError, wire.WireError) as e:
@@ -148,7 +118,8 @@ def _splits(backend_name: str) -> bool:
 def _run_one(backend, spawner, arena, job: dict, load_task) -> dict:
     """One candidate: loaded in its own runner (or, for a form that cannot split, here, with this
     judge recycled if the candidate changed its state), then checked and timed."""
-    from kfray.eval.remote import RemoteRunner, RunnerFailed
+    from kfray.eval.remote import RunnerFailed
+    from kfray.eval.spares import new_runner
     from kfray.eval.state_check import changes, fingerprint, tampered
     from kfray.tasks.suite_spec import suite_task
 
@@ -162,9 +133,13 @@ def _run_one(backend, spawner, arena, job: dict, load_task) -> dict:
         task = suite_task(job["suite_task"]) if job.get("suite_task") else load_task(job["task_ref"])
         loads = {"load_task": time.perf_counter() - t0}
         if spawner is not None:
-            runner = RemoteRunner(spawner, deadline_s=float(job.get("call_deadline_s", 600.0)))
+            runner = new_runner(spawner, float(job.get("call_deadline_s", 600.0)))
             loads["runner_start"] = time.perf_counter() - t0 - sum(loads.values())
-            fn = backend.load_remote(runner, arena, job["artifact"], task)
+            try:
+                fn = backend.load_remote(runner, arena, job["artifact"], task)
+            finally:                          # the spares it did not take, gone before its code runs on
+                if getattr(spawner, "spares", None) is not None:
+                    spawner.spares.discard()
             if fn is None:                    # this task's form cannot run apart yet
                 runner.close()
                 runner = None
@@ -179,6 +154,7 @@ def _run_one(backend, spawner, arena, job: dict, load_task) -> dict:
         result.setdefault("stage_seconds", {}).update({k: round(v, 4) for k, v in loads.items()})
         if runner is not None:
             result.setdefault("facts", {})["runner_round_trip_us"] = round(runner.round_trip[0] * 1e6, 1)
+            result["facts"]["runner_forked_ahead"] = runner.spare
         elif getattr(backend, "split_note", None):    # this machine cannot run the form apart
             result.setdefault("facts", {})["in_judge_because"] = backend.split_note
         if in_judge:
@@ -202,6 +178,10 @@ def _run_one(backend, spawner, arena, job: dict, load_task) -> dict:
         if runner is not None:
             t_end = time.perf_counter()
             runner.close()
+            spares = getattr(spawner, "spares", None)
+            if spares is not None:            # every process of this candidate dead, then the next job's runners
+                end_strays(spawner.pid)
+                spares.refill()
             for gone in (getattr(fn, "runner_gone", None), getattr(backend, "runner_gone", None)):
                 if gone is None:
                     continue

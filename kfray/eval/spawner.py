@@ -198,3 +198,39 @@ class Spawner:
             except (ProcessLookupError, ChildProcessError):
                 pass
             self.pid = 0
+
+
+def end_strays(spare: int = 0, keep: set[int] = frozenset()) -> None:
+    """As the init of the sandbox's PID namespace: kill every other process in it (a kernel's
+    runner and whatever it forked) but the zygote `spare` and the runners forked after the kernel's
+    were gone (`keep`: kfray.eval.spares), so nothing a kernel started outlives its evaluation."""
+    if os.getpid() != 1:
+        return
+    killed = []
+    for pid in others_in_namespace(spare):
+        if pid in keep:
+            continue
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        except (ProcessLookupError, PermissionError):
+            pass
+    deadline = time.monotonic() + 2.0
+    while killed and time.monotonic() < deadline:
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:      # orphans are ours to reap
+                pass
+        except ChildProcessError:
+            pass
+        killed = [p for p in killed if _running(p)]
+        if killed:
+            time.sleep(0.001)
+
+
+def _running(pid: int) -> bool:
+    """Whether the process exists and has not ended (a zombie waits for its parent's reap)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False

@@ -257,6 +257,10 @@ class TorchExtCpuBackend(Backend):
     # --- sandbox side ------------------------------------------------------------------------
     split = True
 
+    def warm_request(self) -> dict:
+        """What a runner forked ahead of its job does first (kfray.eval.spares): open the device."""
+        return {"op": "warm", "device": self.device}
+
     def load(self, artifact: str, task) -> Callable:
         """The kernel loaded in this process (the judge's in-process path, where no runner can be made)."""
         return load_suite_kernel(artifact, task, self._arch_list(), self._modules)
@@ -284,14 +288,15 @@ class TorchExtCpuBackend(Backend):
         while the candidate loads (eval.suite_ref_timing): both sides are then timed through the
         same process, wire and allocator. On the H200 the reference timed in the judge read about
         1 % slower than the same model in a runner (level 1 against itself: fast_1.0 0.83)."""
-        from kfray.eval.remote import RemoteRunner, RunnerFailed
+        from kfray.eval.remote import RunnerFailed
+        from kfray.eval.spares import new_runner
         from kfray.eval.suite.remote_case import RemoteKernel
 
         want = getattr(self.cfg, "suite_ref_timing", "auto")
         if want == "judge" or task.suite.direction != "forward" or (want == "auto" and self.device != "cuda"):
             return None
         try:
-            return RemoteKernel(RemoteRunner(runner.spawner, deadline_s=runner.deadline_s), "", task, self.device,
+            return RemoteKernel(new_runner(runner.spawner, runner.deadline_s), "", task, self.device,
                                 side="ref", post=True)
         except (RunnerFailed, OSError):
             return None           # the reference is timed in the judge, as before

@@ -1,0 +1,27 @@
+#!/bin/bash
+# How this session's H200 calls ran: bash scripts/results/judge_h200/2026-12-05/run.sh WHAT
+# (on the device machine, from the repository root, after `source .gpubundle/activate`).
+set -u
+what=$1
+KB=kb_full/KernelBench
+RKB=kb_full/rkb
+out=${OUT:-/tmp/out}
+mkdir -p "$out"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$out/gpu.txt" 2>&1
+case $what in
+  smoke)
+    python -m pytest -q -m gpu tests/test_judge_gpu.py tests/test_suite_gpu.py -p no:cacheprovider > "$out/gpu_tests.txt" 2>&1
+    tail -3 "$out/gpu_tests.txt"
+    python scripts/reference_sweep.py --kernelbench $KB --levels 1,3 \
+      --tasks 19_ReLU,23_Softmax,38_L1Norm,2_Standard,12_Matmul,54_conv,97_Scaled,9_ResNet18,35_LSTM,48_Mamba2ReturnY,43_MinGPT \
+      --out "$out/smoke.json" > "$out/smoke.log" 2>&1
+    tail -12 "$out/smoke.log" ;;
+  level1|level2|level3)
+    n=${what#level}
+    python scripts/reference_sweep.py --kernelbench $KB --levels $n --out "$out/$what.json" > "$out/$what.log" 2>&1
+    tail -8 "$out/$what.log" ;;
+  rkb)
+    python scripts/reference_sweep.py --rkb $RKB --set eval.suite_time_budget_s=1 --tasks "${2:-}" \
+      --out "$out/rkb.json" > "$out/rkb.log" 2>&1
+    tail -8 "$out/rkb.log" ;;
+esac
