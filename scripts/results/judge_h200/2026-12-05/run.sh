@@ -15,7 +15,11 @@ case $what in
     python scripts/reference_sweep.py --kernelbench $KB --levels 1,3 \
       --tasks 19_ReLU,23_Softmax,38_L1Norm,2_Standard,12_Matmul,54_conv,97_Scaled,9_ResNet18,35_LSTM,48_Mamba2ReturnY,43_MinGPT \
       --out "$out/smoke.json" > "$out/smoke.log" 2>&1
-    tail -12 "$out/smoke.log" ;;
+    tail -12 "$out/smoke.log"
+    python scripts/reference_sweep.py --rkb $RKB --set eval.suite_time_budget_s=1 \
+      --tasks task_11,task_97,task_85,task_24,task_41,task_23,task_74,task_96,task_84,task_52 \
+      --out "$out/rkb_low.json" > "$out/rkb_low.log" 2>&1
+    tail -8 "$out/rkb_low.log" ;;
   level1|level2|level3)
     n=${what#level}
     python scripts/reference_sweep.py --kernelbench $KB --levels $n --out "$out/$what.json" > "$out/$what.log" 2>&1
