@@ -263,6 +263,8 @@ def row_of(level: str, ref: str, seed: str, res: EvalResult) -> dict:
             "peak_device_gib": suite.get("peak_device_gib"),
             # each configuration's two sides: mean and median times, and the period between calls
             "per_shape": res.facts.get("per_shape") or {},
+            # where the device time outside the stages went: the runners' load, the memory settles
+            **{k: res.facts[k] for k in ("runner_load_s", "settle_s", "runner_forked_ahead") if k in res.facts},
             # where a failure leaves it, the judge's log of both processes' device memory by step
             **({"judge_memory": res.facts["judge_memory"]} if not res.correct and res.facts.get("judge_memory") else {})}
 
@@ -287,7 +289,9 @@ def level_figures(rows: list[dict], failed_to_load: dict, wall_s: float) -> dict
 
 def stage_totals(rows: list[dict]) -> dict:
     """Each stage's seconds summed over a level's problems: where its wall time went (builds run
-    ahead, beside the judge; `device_held` is each job's whole time holding the device)."""
+    ahead, beside the judge; `device_held` is each job's whole time holding the device; `size_limits`,
+    the reference's one call that sizes the time limits, and `load_wait`, what was left of the
+    runner's load after it, are parts of `correctness`)."""
     out: dict[str, float] = {}
     for r in rows:
         for k, v in (r.get("stage_seconds") or {}).items():

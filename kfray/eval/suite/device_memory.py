@@ -10,6 +10,8 @@ says whose memory the device held.
 """
 from __future__ import annotations
 
+import time
+
 MAX_LOG = 48
 
 
@@ -22,11 +24,20 @@ class DeviceMemory:
         self.on = device == "cuda"
         self.remote = remote           # the candidate's runner side (kfray.eval.suite.remote_case)
         self.log: list[dict] = []
+        self.seconds, self.count = 0.0, 0     # what settling cost this job
 
     def settle(self, step: str) -> None:
         """Both processes' freed device memory back to the device; one line of the log."""
         if not self.on:
             return
+        t0 = time.perf_counter()
+        try:
+            self._settle(step)
+        finally:
+            self.seconds += time.perf_counter() - t0
+            self.count += 1
+
+    def _settle(self, step: str) -> None:
         import torch
 
         runner = self.remote.let_go() if self.remote is not None else None

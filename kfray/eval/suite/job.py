@@ -74,7 +74,9 @@ def run_suite_job(backend, kernel: Any, task, job: dict) -> dict:
             cases = runner_for(spec, kernel, task).cases()
         judge = Judge(backend, spec, rng, remote)
         judge.memory.settle("start")          # what an earlier candidate left in this judge's cache
+        t_limits = time.perf_counter()
         size_limits(judge, cases, kernel, job)
+        stages["size_limits"] = time.perf_counter() - t_limits
         judge.memory.settle("reference timed once")
         if remote is not None:                 # its runner loaded meanwhile: what is left of that wait
             t_load = time.perf_counter()
@@ -118,6 +120,8 @@ def run_suite_job(backend, kernel: Any, task, job: dict) -> dict:
     facts = {"form": "suite", "suite": figures["suite"], "per_shape": figures["per_shape"]}
     if remote is not None and remote.load_facts:
         facts["runner_load_s"] = remote.load_facts
+    if judge.memory.count:                # device memory given back between steps: its share of the stages
+        facts["settle_s"] = {"seconds": round(judge.memory.seconds, 4), "times": judge.memory.count}
     if judge.memory.log:
         facts["judge_memory"] = judge.memory.log
     reason = ""
