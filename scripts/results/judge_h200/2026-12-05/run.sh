@@ -22,8 +22,22 @@ case $what in
     tail -8 "$out/rkb_low.log" ;;
   level1|level2|level3)
     n=${what#level}
+    if [ "$n" = 1 ]; then       # three problems first: a judge that breaks on the GPU stops here
+      python scripts/reference_sweep.py --kernelbench $KB --levels 1 --tasks 19_ReLU,2_Standard,23_Softmax \
+        --out "$out/first3.json" > "$out/first3.log" 2>&1 || { tail -20 "$out/first3.log"; exit 1; }
+      tail -4 "$out/first3.log"
+    fi
     python scripts/reference_sweep.py --kernelbench $KB --levels $n --out "$out/$what.json" > "$out/$what.log" 2>&1
-    tail -8 "$out/$what.log" ;;
+    tail -8 "$out/$what.log"
+    if [ "$n" = 2 ]; then
+      python scripts/reference_sweep.py --rkb $RKB --set eval.suite_time_budget_s=1 \
+        --tasks task_11,task_97,task_85,task_24,task_41,task_23,task_74,task_96,task_84,task_52 \
+        --out "$out/rkb_low.json" > "$out/rkb_low.log" 2>&1
+      tail -6 "$out/rkb_low.log"
+    fi ;;
+  tests)
+    python -m pytest -q -m gpu tests/test_judge_gpu.py tests/test_suite_gpu.py -p no:cacheprovider > "$out/gpu_tests.txt" 2>&1
+    tail -5 "$out/gpu_tests.txt" ;;
   rkb)
     python scripts/reference_sweep.py --rkb $RKB --set eval.suite_time_budget_s=1 --tasks "${2:-}" \
       --out "$out/rkb.json" > "$out/rkb.log" 2>&1
