@@ -38,6 +38,7 @@ class RemoteRunner:
         self.log: list[tuple[float, float, float]] = []  # (judge's seconds, claimed, run-queue wait) per call
         self.before_next = None             # reads a request posted earlier (a load) before the next is sent
         self.spare = False                  # forked ahead, its device opened before its job (kfray.eval.spares)
+        self.owed: list[int] = []           # requests whose answers are read, and dropped, before the next one's
         self.calibrate()
 
     def request(self, obj: dict, fds=(), timeout: float | None = None) -> dict:
@@ -66,7 +67,13 @@ class RemoteRunner:
         return seq
 
     def answer(self, seq: int, timeout: float | None = None, want_fds: bool = True):
-        """The answer to request `seq`, held to its form: (answer, the descriptors that came with it)."""
+        """The answer to request `seq`, held to its form: (answer, the descriptors that came with it).
+        Answers still owed from before it (`owed`: a spare's warm-up) are read first, and dropped."""
+        while self.owed and self.owed[0] != seq:
+            self._read(self.owed.pop(0), timeout, False)
+        return self._read(seq, timeout, want_fds)
+
+    def _read(self, seq: int, timeout: float | None, want_fds: bool):
         if self.sock is None:
             raise RunnerFailed("the candidate's process is gone")
         got: list[int] = []

@@ -10,6 +10,7 @@ next job takes the ones it needs before any of its candidate's code runs, and ki
 from __future__ import annotations
 
 import os
+import select
 
 from kfray.eval.remote import RemoteRunner, RunnerFailed
 
@@ -23,16 +24,21 @@ class Spares:
         self.made = 0                                 # runners this job asked for: the next gets as many
 
     def runner(self, deadline_s: float) -> RemoteRunner:
-        """A spare whose device is open, else a fresh runner. A spare that failed to open its
-        device is killed and costs the candidate nothing."""
+        """A spare, else a fresh runner. A spare still opening its device is taken as it is: the
+        job's first request queues behind the warm-up, whose answer is read before that request's
+        (`RemoteRunner.owed`); one that has answered is checked now, and one that failed is killed
+        and costs the candidate nothing."""
         self.made += 1
         while self.ready:
             r, seq = self.ready.pop(0)
-            try:
-                r.answer(seq, timeout=WARM_TIMEOUT_S, want_fds=False)
-            except (RunnerFailed, OSError):
-                r.close()
-                continue
+            if r.sock is not None and select.select([r.sock], [], [], 0)[0]:
+                try:
+                    r.answer(seq, timeout=WARM_TIMEOUT_S, want_fds=False)
+                except (RunnerFailed, OSError):
+                    r.close()
+                    continue
+            else:
+                r.owed.append(seq)
             r.deadline_s, r.spare = deadline_s, True
             return r
         return RemoteRunner(self.spawner, deadline_s=deadline_s)
