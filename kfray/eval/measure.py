@@ -104,8 +104,9 @@ def _run_job(backend, fn: Callable, task, job: dict, rng) -> dict:
                 codes.append(rc)
 
         log = claimed_times(fn)        # in a runner: its claimed times count, checked below
+        starts: list[float] = []
         ts = time_fn(backend, call, n_sets, job["warmup"], job["repeats"], job["max_repeats"], job["min_time"],
-                     before=spots.poison, after=spots.read, clock=None if log is None else _host_clock)
+                     before=spots.poison, after=spots.read, clock=None if log is None else _host_clock, starts=starts)
         backend.synchronize()
         if log is not None:            # the candidate's own times, held against the judge's clock
             pairs = log[-len(ts):]
@@ -125,7 +126,10 @@ def _run_job(backend, fn: Callable, task, job: dict, rng) -> dict:
                 rts = time_fn(backend, lambda i: backend.reference(task, sets[i]), n_sets, 1, job["repeats"],
                               max(job["repeats"], job["max_repeats"] // 2), job["min_time"])
             _REF_TIMES[key] = float(np.median(rts))
-        timings.add(task, shape, ts, n_sets, _REF_TIMES[key], spot_checked=spots.calls)
+        # the cadence of the timed calls: a copy held against the kernel is timed at the same one
+        period = float(np.median(np.diff(starts))) if len(starts) > 1 else 0.0
+        timings.add(task, shape, ts, n_sets, _REF_TIMES[key], spot_checked=spots.calls, period_us=round(period * 1e6, 1),
+                    idle_us=round(max(0.0, period - float(np.median(ts))) * 1e6, 1))
         if job.get("torch_compile"):     # the second baseline (kfray/eval/torch_compile.py)
             compiled[shape] = compiled_reference_time(backend, task, shape, hosts, job)
         del sets, hosts, spots

@@ -28,9 +28,11 @@ def rotation(task, shape: str, cache_bytes: int) -> int:
 
 def time_fn(backend, call: Callable[[int], Any], n_sets: int, warmup: int, repeats: int,
             max_repeats: int, min_time: float, before: Callable[[int], Any] | None = None,
-            after: Callable[[int], Any] | None = None, clock: Callable | None = None) -> list[float]:
+            after: Callable[[int], Any] | None = None, clock: Callable | None = None,
+            starts: list[float] | None = None) -> list[float]:
     """Timed calls over rotated input sets; `before`/`after` run around each call, outside the timer.
-    `clock` times one call (default: the backend's device timer)."""
+    `clock` times one call (default: the backend's device timer). `starts` gets each timed call's
+    start on the host clock: the cadence the kernel was called at."""
     clock = clock or backend.time_call
     for i in range(warmup):
         if before:
@@ -46,6 +48,8 @@ def time_fn(backend, call: Callable[[int], Any], n_sets: int, warmup: int, repea
         i = len(times) % n_sets
         if before:
             before(i)
+        if starts is not None:
+            starts.append(time.perf_counter())
         times.append(clock(lambda: call(i)))
         if after:
             after(i)
