@@ -29,7 +29,7 @@ case $what in
     fi
     python scripts/reference_sweep.py --kernelbench $KB --levels $n --out "$out/$what.json" > "$out/$what.log" 2>&1
     tail -8 "$out/$what.log"
-    if [ "$n" = 2 ]; then
+    if [ "$n" = 3 ]; then
       python scripts/reference_sweep.py --rkb $RKB --set eval.suite_time_budget_s=1 \
         --tasks task_11,task_97,task_85,task_24,task_41,task_23,task_74,task_96,task_84,task_52 \
         --out "$out/rkb_low.json" > "$out/rkb_low.log" 2>&1
