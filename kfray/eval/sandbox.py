@@ -137,9 +137,9 @@ def _run_one(backend, spawner, arena, job: dict, load_task) -> dict:
             loads["runner_start"] = time.perf_counter() - t0 - sum(loads.values())
             try:
                 fn = backend.load_remote(runner, arena, job["artifact"], task)
-            finally:                          # the spares it did not take, gone before its code runs on
+            finally:                          # the next job's runners, forked now (kfray.eval.spares)
                 if getattr(spawner, "spares", None) is not None:
-                    spawner.spares.discard()
+                    spawner.spares.refill()
             if fn is None:                    # this task's form cannot run apart yet
                 runner.close()
                 runner = None
@@ -178,10 +178,6 @@ def _run_one(backend, spawner, arena, job: dict, load_task) -> dict:
         if runner is not None:
             t_end = time.perf_counter()
             runner.close()
-            spares = getattr(spawner, "spares", None)
-            if spares is not None:            # every process of this candidate dead, then the next job's runners
-                end_strays(spawner.pid)
-                spares.refill()
             for gone in (getattr(fn, "runner_gone", None), getattr(backend, "runner_gone", None)):
                 if gone is None:
                     continue

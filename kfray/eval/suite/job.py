@@ -96,6 +96,9 @@ def run_suite_job(backend, kernel: Any, task, job: dict) -> dict:
         sticky = backend.check_sticky_error()
         if sticky:
             raise Verdict(TIER_RUNTIME_ERROR, sticky, recycle=True)
+        if remote is not None:                 # the next job's runners, forked ahead, idle from now on
+            from kfray.eval.spares import settle_spares
+            settle_spares(remote.runner)
         t1 = time.perf_counter()
         figures = measure(backend, judge, cases, job)
         stages["timing"] = time.perf_counter() - t1

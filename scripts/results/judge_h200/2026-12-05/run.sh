@@ -35,6 +35,10 @@ case $what in
         --out "$out/rkb_low.json" > "$out/rkb_low.log" 2>&1
       tail -6 "$out/rkb_low.log"
     fi ;;
+  subset)    # level 1's first 40 problems: the spares forked a job ahead, against level1.json's rows
+    python scripts/reference_sweep.py --kernelbench $KB --levels 1 --tasks $(seq -s, -f '%g_' 1 40) \
+      --out "$out/level1_first40.json" > "$out/level1_first40.log" 2>&1
+    tail -5 "$out/level1_first40.log" ;;
   tests)
     python -m pytest -q -m gpu tests/test_judge_gpu.py tests/test_suite_gpu.py -p no:cacheprovider > "$out/gpu_tests.txt" 2>&1
     tail -5 "$out/gpu_tests.txt" ;;
