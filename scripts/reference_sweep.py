@@ -188,8 +188,9 @@ def run_sweep(queue, events, quiet: bool, ahead: bool, on_row=None, on_level=Non
     """Every planned job through the pool as its plan arrives, the levels back to back (the next
     level's builds start while the last one's problems are judged). A level's wall time runs from
     when its first problem could start on its evaluator to its last result (on one GPU the levels'
-    times add up to the sweep's, less its start); a problem's time to verdict from when its evaluator could start it (its build done, and the
-    evaluator's previous evaluation finished: one at a time holds the device) to its result.
+    times add up to the sweep's, less its start); a problem's time to verdict from when its
+    evaluator could start it (its build done, and the evaluator's previous evaluation finished:
+    one at a time holds the device) to its result.
     `ahead`: the evaluators build while another evaluation runs (GPU backends), else one job at a
     time. `on_row(levels)` after each result, `on_level(level)` as each level completes, in order."""
     import queue as queues

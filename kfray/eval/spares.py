@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 
 from kfray.eval.remote import RemoteRunner, RunnerFailed
+from kfray.eval.spawner import process_state
 
 WARM_TIMEOUT_S = 60.0
 
@@ -33,7 +34,7 @@ class Spares:
             try:
                 if seq is not None:
                     r.answer(seq, timeout=WARM_TIMEOUT_S, want_fds=False)
-                if _state(r.pid) not in ("S", "R", "D"):
+                if process_state(r.pid) not in ("S", "R", "D"):
                     raise RunnerFailed("not running")
             except (RunnerFailed, OSError):
                 r.close()
@@ -76,15 +77,6 @@ class Spares:
 
     def pids(self) -> set[int]:
         return {r.pid for r, _ in self.ready}
-
-
-def _state(pid: int) -> str:
-    """The process's state letter (R, S, D running or waiting; T stopped; Z ended), '' if gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return ""
 
 
 def new_runner(spawner, deadline_s: float) -> RemoteRunner:

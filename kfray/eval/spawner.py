@@ -227,10 +227,15 @@ def end_strays(spare: int = 0, keep: set[int] = frozenset()) -> None:
             time.sleep(0.001)
 
 
-def _running(pid: int) -> bool:
-    """Whether the process exists and has not ended (a zombie waits for its parent's reap)."""
+def process_state(pid: int) -> str:
+    """The process's state letter (R, S, D running or waiting; T stopped; Z, X ended), '' if gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+            return f.read().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
-        return False
+        return ""
+
+
+def _running(pid: int) -> bool:
+    """Whether the process exists and has not ended (a zombie waits for its parent's reap)."""
+    return process_state(pid) not in ("Z", "X", "")

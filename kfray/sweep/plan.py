@@ -29,19 +29,14 @@ def plan_iter(spec: str | None, level: int | None, wanted: str | None, language:
     """(ref, None) for each task a sweep can run and (ref, why) for each it skips, one at a time as
     each loads: a level of full-size models takes a minute to load, and a caller can start on the
     first meanwhile."""
-    from kfray.tasks import load_task, resolve
+    from kfray.tasks import resolve, try_load
 
     for ref in select(resolve(spec, level, rkb_mode), wanted):
-        try:
-            t = load_task(ref)
-        except KfrayError as e:
-            yield ref, str(e)
-            continue
-        except Exception as e:     # a user's file that breaks in a way we did not foresee
-            yield ref, f"{type(e).__name__}: {e}"
-            continue
+        t, why = try_load(ref)
         suite = getattr(t, "suite", None)
-        if language != "suite" and suite is not None and suite.functional_error:
+        if why:
+            yield ref, why
+        elif language != "suite" and suite is not None and suite.functional_error:
             yield ref, (f"kf_forward kernels cannot take it: {suite.functional_error} (the suite's own form "
                         "can: eval.backend=torch_ext_cpu or torch_ext_cuda)")
         elif offline and not t.seeds_for(language):

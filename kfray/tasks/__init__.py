@@ -224,17 +224,18 @@ def resolve(spec: str | None, level: int | None = None, rkb_mode: str = "") -> l
     return _refs_in(p, depth=3, rkb_mode=rkb_mode)
 
 
+def try_load(ref: str):
+    """(the task, None) when `ref` loads, (None, why not) when it does not."""
+    try:
+        return load_task(ref), None
+    except KfrayError as e:
+        return None, str(e)
+    except Exception as e:     # a user's file that breaks in a way we did not foresee
+        return None, f"{type(e).__name__}: {e}"
+
+
 def discover(path: str | None = None, level: int | None = None,
              rkb_mode: str = "") -> list[tuple[str, str | None]]:
     """Every task a folder (or suite name, or None: the built-ins) holds, as (ref, None) when it
     loads and (ref, why not) when it does not."""
-    out = []
-    for ref in resolve(path, level, rkb_mode):
-        try:
-            load_task(ref)
-            out.append((ref, None))
-        except KfrayError as e:
-            out.append((ref, str(e)))
-        except Exception as e:     # a user's file that breaks in a way we did not foresee
-            out.append((ref, f"{type(e).__name__}: {e}"))
-    return out
+    return [(ref, try_load(ref)[1]) for ref in resolve(path, level, rkb_mode)]
