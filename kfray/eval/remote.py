@@ -16,6 +16,7 @@ import statistics
 import time
 
 from kfray.eval import wire
+from kfray.eval.cpu_clock import cpu_snapshot, waits_allowed  # noqa: F401  (waits_allowed: kfray.eval.remote's, as before)
 from kfray.tasks.base import Tensor
 
 MAX_ANSWER = 1 << 16            # bytes: an answer is a return code and a time, or an error's text
@@ -31,7 +32,6 @@ class RemoteRunner:
         self.spawner = spawner
         self.sock, self.pid = spawner.spawn()
         self.zygote_pid = spawner.pid
-        _ZYGOTE[self.pid] = spawner.pid
         self.deadline_s = deadline_s
         self.known: set[int] = set()        # buffer ids this runner has mapped
         self.round_trip = (0.0, 0.0)        # median and 90th percentile of an empty request, seconds
@@ -169,15 +169,14 @@ class RemoteRunner:
     def timed(self, obj: dict, timeout: float | None = None) -> tuple[dict, list[int]]:
         """A call request with the judge's clock around it, logged beside the time it claims:
         (answer, the descriptors that came with it)."""
-        w0 = cpu_snapshot(self.pid)
+        w0 = cpu_snapshot(self.pid, self.zygote_pid)
         t0 = time.perf_counter()
         ans, fds = self.request_fds(obj, timeout=timeout)
         outside = time.perf_counter() - t0
-        self.log.append((outside, claimed(ans), waits_allowed(w0, cpu_snapshot(self.pid))))
+        self.log.append((outside, claimed(ans), waits_allowed(w0, cpu_snapshot(self.pid, self.zygote_pid))))
         return ans, fds
 
     def close(self) -> None:
-        _ZYGOTE.pop(self.pid, None)
         if self.sock is not None:
             self.sock.close()
             self.sock = None
@@ -185,82 +184,6 @@ class RemoteRunner:
             os.kill(self.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-
-
-def _schedstat(path: str) -> tuple[float, float]:
-    """(seconds on a CPU, seconds runnable but waiting for one) of one thread, 0 where unknown."""
-    try:
-        with open(path) as f:
-            ran, waited = f.read().split()[:2]
-        return int(ran) / 1e9, int(waited) / 1e9
-    except (OSError, ValueError):
-        return 0.0, 0.0
-
-
-def _process_cpu(pid: int) -> float:
-    """CPU seconds of every thread of process `pid` (its process CPU-time clock, as
-    clock_getcpuclockid gives it); 0 where it cannot be read."""
-    try:
-        return time.clock_gettime(((~pid) << 3) | 2)
-    except OSError:
-        return _stat_ticks(pid, 11)       # a zombie: its clock is gone, its ticks are not
-
-
-_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def _stat_ticks(pid: int, first: int) -> float:
-    """Two CPU-time fields of /proc/<pid>/stat from `first` (11: utime + stime, 13: the waited-for
-    children's cutime + cstime), in seconds; 0 where unreadable."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[first]) + int(fields[first + 1])) / _TICK
-    except (OSError, ValueError, IndexError):
-        return 0.0
-
-
-def _children_cpu(pid: int) -> float:
-    """CPU seconds of the children process `pid` has waited for: a spinner that exits before the
-    judge looks again is counted there."""
-    return _stat_ticks(pid, 13)
-
-
-def candidate_cpu(runner_pid: int) -> float:
-    """CPU seconds of the candidate's processes: the runner, and where the judge is its PID
-    namespace's init, every other process in it (what the kernel forked, or their waited-for
-    children) but the zygote. A kernel's forked spinners are counted like its threads."""
-    if os.getpid() != 1:
-        return _process_cpu(runner_pid) + _children_cpu(runner_pid)
-    from kfray.eval.spawner import others_in_namespace
-
-    total = 0.0
-    for pid in others_in_namespace(_ZYGOTE.get(runner_pid, 0)):
-        total += _process_cpu(pid) + _children_cpu(pid)
-    return total + _children_cpu(1)      # orphans the judge reaped (a constant, but for this call's)
-
-
-_ZYGOTE: dict[int, int] = {}         # runner pid -> its zygote's pid (not the candidate's)
-
-
-def cpu_snapshot(runner_pid: int) -> tuple[float, float, float, float]:
-    """(the judge thread's run-queue wait, the runner request thread's CPU time and run-queue wait,
-    the candidate's processes' CPU time), seconds, from /proc schedstat and the CPU clocks."""
-    judge = _schedstat("/proc/thread-self/schedstat")
-    ran, waited = _schedstat(f"/proc/{runner_pid}/task/{runner_pid}/schedstat")
-    return judge[1], ran, waited, candidate_cpu(runner_pid)
-
-
-def waits_allowed(before: tuple, after: tuple) -> float:
-    """Seconds of a request the outside clock may put down to waiting for a CPU: what the judge's
-    thread and the runner's request thread stood runnable but off a CPU (on a busy host a request
-    waits that long on top of the wire), less the CPU time the runner's other threads used
-    meanwhile. A kernel could otherwise make those waits itself (threads or processes of its own
-    that keep its request thread off the CPU while another does the work) and claim the time as
-    waiting."""
-    waits = (after[0] - before[0]) + (after[2] - before[2])
-    others = (after[3] - before[3]) - (after[1] - before[1])
-    return max(0.0, waits - max(0.0, others))
 
 
 class RemoteKernel:

@@ -116,12 +116,12 @@ class RemoteKernel:
             self._end_reference()
             return None
 
-    def _end_reference(self) -> None:
+    def _end_reference(self, collect: bool = True) -> None:
         """The reference's runner ended, and what the judge shared with it let go of."""
         ref, self.reference = self.reference, None
         if ref is not None:
             ref.runner.close()
-            ref.runner_gone()
+            ref.runner_gone(collect)
 
     def case_for(self, case):
         """`case` with this runner's model, calls and inputs on its candidate side."""
@@ -356,12 +356,13 @@ class RemoteKernel:
                 out[f"runner_{k}_gib"] = round(ans[k] / 2**30, 2)
         return out
 
-    def runner_gone(self) -> None:
+    def runner_gone(self, collect: bool = True) -> None:
         """The runner is dead: the judge's memory it mapped is the judge's to free. torch keeps a
         shared CUDA block until its receiver lowers the block's IPC counter, which a killed runner
         never does; the judge lowers them itself (once for each time it shared a block with it),
-        then gives the pool and its cached blocks back to the device for the next runner."""
-        self._end_reference()                  # the reference's runner ends with the candidate's
+        then gives the pool and its cached blocks back to the device for the next runner (`collect`:
+        once for both runners of a job)."""
+        self._end_reference(collect=False)     # the reference's runner ends with the candidate's
         if self.device != "cuda":
             return
         import gc
@@ -375,10 +376,11 @@ class RemoteKernel:
                 torch.UntypedStorage._release_ipc_counter_cuda(rc.encode(), rco)
             except (RuntimeError, TypeError):     # the counter file is gone with its last block
                 pass
-        gc.collect()
-        torch.cuda.ipc_collect()
         self.pool = None
-        torch.cuda.empty_cache()
+        if collect:
+            gc.collect()
+            torch.cuda.ipc_collect()
+            torch.cuda.empty_cache()
 
     # -- timing -------------------------------------------------------------------------------
     def start_timing(self, trials: int, flush_bytes: int = 0) -> list:
