@@ -207,13 +207,14 @@ class TorchSide:
         memory given back too (the judge's next step may need it), and what it still holds."""
         for i in req.get("ids", []):
             self.held.pop(int(i), None)
-        if not (req.get("settle") and self.device == "cuda"):
+        if self.device != "cuda":
             return {"ok": True}, []
         import torch
 
         torch.cuda.synchronize()
         torch.cuda.ipc_collect()
-        torch.cuda.empty_cache()
+        if req.get("settle"):
+            torch.cuda.empty_cache()
         return {"allocated": torch.cuda.memory_allocated(), "reserved": torch.cuda.memory_reserved()}, []
 
     # -- robust-kbench backward: autograd through the kernel, here -------------------------------

@@ -339,16 +339,16 @@ class RemoteKernel:
         outs = self._import(ans, fds, xs)
         return outs[:n], outs[n:]
 
-    def let_go(self) -> dict:
-        """The runner drops the input sets and outputs the judge no longer holds and gives its
-        cached device memory back; what it says it still holds (figures for the log, never a
-        verdict)."""
+    def let_go(self, give_back: bool = True) -> dict:
+        """The runner drops the input sets and outputs the judge no longer holds and (`give_back`)
+        empties its cache of device memory; what it says it still holds (figures for the log,
+        never a verdict)."""
         if self.reference is not None and self.reference._load is None:
-            self.reference.let_go()
+            self.reference.let_go(give_back)
         if self._load is not None:             # still loading: it holds nothing the judge shared
             return {}
         ans = self.runner.request({"op": "torch_release", "ids": self._last, "drop": self._take_dropped(),
-                                   "settle": True})
+                                   "settle": give_back})
         self._last = []
         out = {}
         for k in ("allocated", "reserved"):
