@@ -22,18 +22,21 @@ class _ProcFiles:
         self.fds: dict[str, int] = {}
         self.lock = threading.Lock()
 
-    def read(self, path: str) -> str:
+    def read(self, path: str, key: str = "") -> str:
+        """`path`'s text; `key` names the open file where the path alone does not (/proc/thread-self
+        is another file in each thread)."""
+        key = key or path
         with self.lock:
             for again in (False, True):
-                fd = self.fds.get(path)
+                fd = self.fds.get(key)
                 if fd is None:
                     if len(self.fds) >= _MAX_OPEN:
                         self._close_all()
-                    fd = self.fds[path] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                    fd = self.fds[key] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
                 try:
                     return os.pread(fd, 4096, 0).decode()
                 except OSError:
-                    os.close(self.fds.pop(path))
+                    os.close(self.fds.pop(key))
                     if again:
                         raise
             raise AssertionError("unreachable")
@@ -47,10 +50,10 @@ class _ProcFiles:
 _FILES = _ProcFiles()
 
 
-def _schedstat(path: str) -> tuple[float, float]:
+def _schedstat(path: str, key: str = "") -> tuple[float, float]:
     """(seconds on a CPU, seconds runnable but waiting for one) of one thread, 0 where unknown."""
     try:
-        ran, waited = _FILES.read(path).split()[:2]
+        ran, waited = _FILES.read(path, key).split()[:2]
         return int(ran) / 1e9, int(waited) / 1e9
     except (OSError, ValueError):
         return 0.0, 0.0
@@ -98,7 +101,7 @@ def candidate_cpu(runner_pid: int, zygote_pid: int = 0) -> float:
 def cpu_snapshot(runner_pid: int, zygote_pid: int = 0) -> tuple[float, float, float, float]:
     """(the judge thread's run-queue wait, the runner request thread's CPU time and run-queue wait,
     the candidate's processes' CPU time), seconds, from /proc schedstat and the CPU clocks."""
-    judge = _schedstat(f"/proc/self/task/{threading.get_native_id()}/schedstat")
+    judge = _schedstat("/proc/thread-self/schedstat", f"thread {threading.get_native_id()}")
     ran, waited = _schedstat(f"/proc/{runner_pid}/task/{runner_pid}/schedstat")
     return judge[1], ran, waited, candidate_cpu(runner_pid, zygote_pid)
 
