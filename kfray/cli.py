@@ -12,7 +12,7 @@ from kfray.errors import KfrayError
 from kfray.proposers.preflight import preflight_llm
 
 
-DEFAULT_RUN_SECONDS = 50.0     # the default run's proposing: the whole command then takes about 80 s
+DEFAULT_RUN_SECONDS = 45.0     # the default run's proposing: the whole command then takes 75-90 s on 2 cores
 
 
 def limit_default_run(cfg, config_path) -> None:

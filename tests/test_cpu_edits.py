@@ -151,3 +151,22 @@ def test_the_probe_times_a_copy_of_a_footprint_by_its_median_call(tmp_path):
     cxx = compiler()
     gbps = copy_like_a_kernel(cxx, compiler_version(cxx), 1, tmp_path, 8 << 20, 4)
     assert 0.5 < gbps < 500, gbps                 # a real memory rate, read + write of 8 MiB a call
+
+
+def test_the_probes_copy_keeps_the_kernels_cadence(tmp_path):
+    """A kernel is called at the harness's cadence (idle time between calls), so the copy it is held
+    against leaves the same idle time between its calls: the probe really waits it out."""
+    import time
+
+    from kfray.driver.retime import idle_gaps
+    from kfray.eval.backends.cpu import compiler, compiler_version
+    from kfray.eval.backends.cpu_peaks import copy_like_a_kernel
+
+    cxx = compiler()
+    copy_like_a_kernel(cxx, compiler_version(cxx), 1, tmp_path, 1 << 20, 4)           # builds the probe
+    t0 = time.perf_counter()
+    gbps = copy_like_a_kernel(cxx, compiler_version(cxx), 1, tmp_path, 1 << 20, 4, gap_us=5000)
+    waited = time.perf_counter() - t0
+    assert 0.5 < gbps < 500, gbps
+    assert waited >= 2 * 64 * 0.005, waited        # 64 timed calls a store kind, 5 ms idle after each
+    assert idle_gaps({"n1M": [300.0, 900.0, 600.0], "n4M": []}) == {"n1M": 600.0}

@@ -65,6 +65,12 @@ def summarize(first: float, speedups: list[float], lost: list[str] = (), times: 
     return out
 
 
+def idle_gaps(per_shape: dict[str, list[float]]) -> dict[str, float]:
+    """shape -> the median idle time (us) between the timed calls of a round's kernels: the cadence
+    the copy they are held against is timed at."""
+    return {s: statistics.median(v) for s, v in per_shape.items() if v}
+
+
 def baseline(co, ref: str, label: str) -> tuple[dict, dict] | None:
     """The task's baseline seed (its simplest) as evaluated on this hardware class, if correct."""
     hc = co.by_label.get(label) or co.classes[0]
@@ -107,6 +113,7 @@ def retime_bests(co) -> dict[str, dict[str, Any]]:
     got: dict[tuple[str, str], list[float]] = {}
     times: dict[tuple[str, str], list[dict]] = {}
     copies: dict[tuple[int, str], dict] = {}          # (round, task) -> the copy timed right after its kernels
+    gaps: dict[tuple[int, str], dict] = {}            # (round, task) -> shape -> its kernels' idle us between calls
     rounds_of: dict[tuple[str, str], list[int]] = {}  # the rounds a kernel stayed correct in
     lost: dict[tuple[str, str], list[str]] = {}
     for i, (ref, c, ev, alone, rnd) in enumerate(jobs):
@@ -118,8 +125,11 @@ def retime_bests(co) -> dict[str, dict[str, Any]]:
             continue
         finally:    # the CPU's ceiling, timed beside the kernels it is held against (driver/roofline.py)
             if alone and (i + 1 == len(jobs) or jobs[i + 1][0] != ref or jobs[i + 1][4] != rnd):
-                copies[(rnd, ref)] = task_copies(cfg_of[ref], co.tasks[ref])
+                copies[(rnd, ref)] = task_copies(cfg_of[ref], co.tasks[ref], idle_gaps(gaps.get((rnd, ref), {})))
         if res.speedup > 0:
+            for shape, f in (res.facts.get("per_shape") or {}).items():
+                if isinstance(f, dict) and f.get("idle_us") is not None:
+                    gaps.setdefault((rnd, ref), {}).setdefault(shape, []).append(float(f["idle_us"]))
             got.setdefault(key, []).append(res.speedup)
             times.setdefault(key, []).append(dict(res.times))
             rounds_of.setdefault(key, []).append(rnd)

@@ -3,8 +3,8 @@ fp32 FMA peak (kfray.eval.backends.cpu_peaks, measured once per machine and thre
 the driver's machine, which for a CPU run on one machine is the evaluators' own) and the best's
 share of them, per shape and overall, as the GPU's facts give its copy bandwidth and fp32 rate.
 A memory-bound best is also held against a copy of each shape's footprint timed as the harness
-timed the best (its median call over the same rotation), which re-timing measures right after each
-round's kernels of the task (kfray.driver.retime)."""
+timed the best (its median call over the same rotation, with the kernels' idle time between calls),
+which re-timing measures right after each round's kernels of the task (kfray.driver.retime)."""
 from __future__ import annotations
 
 from typing import Any
@@ -22,13 +22,14 @@ def machine_peaks(cfg) -> dict[str, Any]:
     return cpu_peaks(cxx, compiler_version(cxx), cpu_facts()["name"], threads, cache_root(cfg))
 
 
-def task_copies(cfg, task) -> dict[str, float]:
+def task_copies(cfg, task, gaps_us: dict[str, float] | None = None) -> dict[str, float]:
     """shape -> GB/s of a copy of that shape's footprint, rotated and timed as the harness times a
-    kernel (cpu_peaks.copy_like_a_kernel), for the shapes of a task re-timed on a CPU class (eval
-    config `cfg`) that the machine's copy bandwidth bounds; {} otherwise or when it cannot be
-    measured. Re-timing calls it right after each round's kernels of the task, so that the two
-    share a moment of the machine: at the end of a run other work still comes and goes (a copy
-    timed a few seconds later read from 0.5x to 1.9x of one timed beside the kernels)."""
+    kernel (cpu_peaks.copy_like_a_kernel), with `gaps_us[shape]` idle between calls (the kernels'
+    own cadence), for the shapes of a task re-timed on a CPU class (eval config `cfg`) that the
+    machine's copy bandwidth bounds; {} otherwise or when it cannot be measured. Re-timing calls it
+    right after each round's kernels of the task, so that the two share a moment of the machine: at
+    the end of a run other work still comes and goes (a copy timed a few seconds later read from
+    0.5x to 1.9x of one timed beside the kernels)."""
     if cfg.backend != "cpu":
         return {}
     try:
@@ -43,7 +44,8 @@ def task_copies(cfg, task) -> dict[str, float]:
             if nbytes <= 0 or flops / nbytes >= peak / bw:     # compute-bound: the FMA peak is its ceiling
                 continue
             sets = rotation(task, shape, int(cpu_facts().get("cache_bytes") or 32 << 20))
-            gbps = copy_like_a_kernel(cxx, compiler_version(cxx), kernel_threads(cfg), cache_root(cfg), nbytes, sets)
+            gbps = copy_like_a_kernel(cxx, compiler_version(cxx), kernel_threads(cfg), cache_root(cfg), nbytes, sets,
+                                      (gaps_us or {}).get(shape, 0.0))
             if gbps > 0:
                 out[shape] = gbps
         return out
