@@ -11,16 +11,36 @@ from kfray.tasks import discover, load_task, resolve, suite_names
 OPS = {"rmsnorm", "rope", "swiglu_mlp", "attention_prefill", "attention_decode", "decode_gemv"}
 
 
+# Llama 3.2 1B's published configuration (config.json): the suite's shapes must be this model's.
+LLAMA32_1B = {"hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 32,
+              "num_key_value_heads": 8, "head_dim": 64, "vocab_size": 128256}
+
+
 def test_llama_suite_loads_at_real_shapes():
+    """Every operator loads, and every shape of every operator is the model's own: one hidden size,
+    heads x head_dim = hidden, each projection of the decode GEMVs sized from the same config."""
     assert "llama32-1b" in suite_names()
     found = dict(discover("llama32-1b"))
     assert {r.rsplit("/", 1)[1] for r in found} == OPS and all(e is None for e in found.values())
-    assert load_task("suite:llama32-1b/rmsnorm").shapes["prefill"] == {"tokens": 2048, "hidden": 2048}
-    assert load_task("suite:llama32-1b/decode_gemv").shapes["lm_head"] == {"n_out": 128256, "n_in": 2048}
-    att = load_task("suite:llama32-1b/attention_prefill")
-    assert att.shapes["seq2048"] == {"q_heads": 32, "kv_heads": 8, "seq": 2048, "head_dim": 64}
     assert all(load_task(r).languages == ["cpp", "cuda"] for r in found)
     assert resolve("llama32-1b") == sorted(found)
+    c = LLAMA32_1B
+    hidden, heads, kv, hd = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+    assert heads * hd == hidden
+    shapes = {r.rsplit("/", 1)[1]: load_task(r).shapes for r in found}
+    for op in ("rmsnorm", "swiglu_mlp"):
+        assert {s["hidden"] for s in shapes[op].values()} == {hidden}, op
+    assert {s["inter"] for s in shapes["swiglu_mlp"].values()} == {c["intermediate_size"]}
+    for op in ("rope", "attention_prefill", "attention_decode"):
+        for s in shapes[op].values():
+            assert (s["q_heads"], s["kv_heads"], s["head_dim"]) == (heads, kv, hd), op
+    gemv = {name: (s["n_out"], s["n_in"]) for name, s in shapes["decode_gemv"].items()}
+    assert gemv == {"qkv": ((heads + 2 * kv) * hd, hidden), "o": (hidden, hidden),
+                    "gate_up": (2 * c["intermediate_size"], hidden), "down": (hidden, c["intermediate_size"]),
+                    "lm_head": (c["vocab_size"], hidden)}
+    # prefill shapes are a long sequence, decode shapes one token
+    assert max(s["tokens"] for s in shapes["rmsnorm"].values()) >= 1024
+    assert min(s["tokens"] for s in shapes["rmsnorm"].values()) == 1
 
 
 def test_llama_references_on_the_small_set():
