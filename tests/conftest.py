@@ -57,7 +57,19 @@ def _work_unit(item) -> tuple[int, str]:
     return len(LONG_FIRST) + 1, item.path.name
 
 
+def _on_workers(config) -> bool:
+    """Whether pytest-xdist spreads this run over workers (-n N, N > 0)."""
+    try:
+        return bool(config.getoption("numprocesses"))
+    except ValueError:          # pytest-xdist not installed
+        return False
+
+
 def pytest_collection_modifyitems(config, items):
+    if not _on_workers(config):
+        return      # one process: files in their order, so each module's fixtures are made once
+                    # (moving a file's long test first had torn them down and made them again:
+                    # four torch-extension builds of test_suite_harness alone, ~55 s)
     units = {id(it): _work_unit(it) for it in items}
     for it in items:
         it.add_marker(pytest.mark.xdist_group(units[id(it)][1]))
