@@ -86,7 +86,27 @@ build_server() {
     [[ -x "$VENV/bin/python" ]] && "$VENV/bin/python" -c "import llama_cpp.server" 2>/dev/null && return
     say "building llama-cpp-python[server] in $VENV (about 5 minutes on 2 cores)"
     "$PY" -m venv "$VENV"
-    nice -n "$NICE" "$VENV/bin/pip" install -q 'llama-cpp-python[server]'
+    CMAKE_ARGS="${CMAKE_ARGS:-$(cpu_flags)}" nice -n "$NICE" "$VENV/bin/pip" install -q --no-cache-dir \
+        'llama-cpp-python[server]'
+}
+
+# This machine's vector extensions, AMX left out: a build for -march=native on a Xeon with AMX ran
+# `tilezero` on its first prompt and died of an invalid opcode (the VM had not granted the AMX
+# state). CMAKE_ARGS in the environment overrides.
+cpu_flags() {
+    local f; f=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)
+    local args="-DGGML_NATIVE=OFF"
+    has() { [[ " $f " == *" $1 "* ]]; }
+    has avx && args+=" -DGGML_AVX=ON"
+    has avx2 && args+=" -DGGML_AVX2=ON"
+    has fma && args+=" -DGGML_FMA=ON"
+    has f16c && args+=" -DGGML_F16C=ON"
+    has avx_vnni && args+=" -DGGML_AVX_VNNI=ON"
+    has avx512f && args+=" -DGGML_AVX512=ON"
+    has avx512_vnni && args+=" -DGGML_AVX512_VNNI=ON"
+    has avx512_bf16 && args+=" -DGGML_AVX512_BF16=ON"
+    has avx512vbmi && args+=" -DGGML_AVX512_VBMI=ON"
+    echo "$args -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
 }
 
 start() {

@@ -386,10 +386,13 @@ def test_a_local_one_slot_endpoint_gets_islands_and_batch_that_keep_it_busy():
     assert "one request at a time" in line and "search.batch=1" in line and "search.islands=2" in line
     assert "proposer.edit_mode=rewrite" in line and "search.migrate_every=1" in line
     assert cfg.prompts.evolve_every == 12 and "prompts.evolve_every=12" in line   # fewer requests that evaluate nothing
+    assert cfg.proposer.prompt_tokens == 1500 and "proposer.prompt_tokens=1500" in line   # less to read per answer
     diff = load_config(None, local + ["proposer.edit_mode=diff"])
     assert "edit_mode" not in fit_to_endpoint(diff) and diff.proposer.edit_mode == "diff"
-    mine = load_config(None, local + ["search.batch=3"])          # what the user set stays
-    assert "search.batch" not in fit_to_endpoint(mine) and mine.search.batch == 3 and mine.search.islands == 2
+    mine = load_config(None, local + ["search.batch=3", "proposer.prompt_tokens=3000"])   # what the user set stays
+    line = fit_to_endpoint(mine)
+    assert "search.batch" not in line and mine.search.batch == 3 and mine.search.islands == 2
+    assert "prompt_tokens" not in line and mine.proposer.prompt_tokens == 3000
     remote = load_config(None, ["proposer.kind=llm", "proposer.base_url=https://api.example.com/v1", "proposer.model=m"])
     assert fit_to_endpoint(remote) == "" and remote.search.batch == 2 and remote.proposer.edit_mode == "auto"
     offline = load_config(None, [])

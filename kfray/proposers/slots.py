@@ -31,6 +31,11 @@ LEASE_S = 30.0              # a holder renews every LEASE_S / 3; a dead one's sl
 LINGER_S = 0.25
 _POLL_S = 0.05
 LOCAL_EVOLVE_EVERY = 12     # results between new meta-prompts on a one-slot endpoint (fit_to_endpoint)
+# The prompt budget on a one-slot endpoint (fit_to_endpoint): a 1.5B model on 2 cores read prompts at
+# 53 tokens/s, half of each request's 53 s, and the 3000-token budget let archive kernels and advice
+# ride along beside a parent of up to 2400 tokens. With 1500 the task, contract, parent and output
+# format stay whole; what is optional goes first where the parent is long.
+LOCAL_PROMPT_TOKENS = 1500
 
 
 def is_local(url: str) -> bool:
@@ -46,7 +51,8 @@ def fit_to_endpoint(cfg) -> str:
     rewrite: a 1.5B model's SEARCH/REPLACE edits failed to apply 8 times in 23, and each failure
     cost a second request for the whole file), and a new meta-prompt is written every
     LOCAL_EVOLVE_EVERY results rather than 6 (each is a request that evaluates nothing: 4 of 48 in a
-    45-minute run); only where the configuration did not set them.
+    45-minute run), and prompts are held to LOCAL_PROMPT_TOKENS; only where the configuration did not
+    set them.
     Returns the line that says what was chosen ("" if nothing)."""
     import os
 
@@ -73,6 +79,9 @@ def fit_to_endpoint(cfg) -> str:
     if "prompts.evolve_every" not in given and cfg.prompts.evolve_every < LOCAL_EVOLVE_EVERY:
         cfg.prompts.evolve_every = LOCAL_EVOLVE_EVERY
         chosen.append(f"prompts.evolve_every={LOCAL_EVOLVE_EVERY}")
+    if "proposer.prompt_tokens" not in given and p.prompt_tokens > LOCAL_PROMPT_TOKENS:
+        p.prompt_tokens = LOCAL_PROMPT_TOKENS
+        chosen.append(f"proposer.prompt_tokens={LOCAL_PROMPT_TOKENS}")
     if not chosen:
         return ""
     return (f"{url} answers one request at a time: {', '.join(chosen)}, so that each answer is "
