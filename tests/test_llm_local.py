@@ -427,3 +427,27 @@ def test_an_islands_batch_is_answered_whole_before_a_later_islands_request():
     assert srv.max_in_flight == 1
     assert asked == ["A0", "A1", "A2", "B0"], asked
     assert done == ["A0", "A1", "A2", "B0"], done
+
+
+def test_a_stopped_runs_summary_counts_requests_when_its_islands_are_busy(ray_local):
+    """A run stopped while an island waits on a model's answer (minutes on a local server) gets no
+    island state in time, and its stored checkpoints carry no usage: the summary's request counts
+    then come from the run-wide ledger actor, which never waits on a model. In a 45-minute local run
+    the summary had lost them."""
+    from types import SimpleNamespace
+
+    from kfray.config import load_config
+    from kfray.driver.finish import ledger_usage
+    from kfray.proposers.models import RemoteLedger, request_counts
+
+    cfg = load_config(None, ["proposer.kind=llm", "proposer.base_url=http://127.0.0.1:9/v1", "proposer.model=m"])
+    co = SimpleNamespace(cfg=cfg, name="kfray-stopped-run")
+    assert ledger_usage(co) == {}                          # no request made yet: nothing to count
+    ledger = RemoteLedger("kfray-stopped-run-prompt-evolver-ledger")   # the name the run's islands use
+    ledger.charge("m", 1200, 300, 0.0, purpose="proposal")
+    ledger.charge("m", 1300, 310, 0.0, purpose="proposal")
+    ledger.charge("m", 900, 200, 0.0, purpose="repair")
+    counts = request_counts(ledger_usage(co), llm_candidates=3)
+    assert (counts["total"], counts["proposal"], counts["repair"], counts["per_candidate"]) == (3, 2, 1, 1.0)
+    offline = SimpleNamespace(cfg=load_config(None, []), name="kfray-stopped-run")
+    assert ledger_usage(offline) == {}                     # an offline run has no model to account

@@ -56,6 +56,8 @@ def test_reference_sweep_on_a_small_kernelbench_layout(ray_local, tmp_path, tmp_
     assert data["backend"] == "torch_ext_cpu" and data["gpu"] == "cpu"
     rows = {r["problem"]: r for r in data["problems"]}
     assert rows["1_Relu.py"]["kernel"] == "reference_module" and rows["1_Relu.py"]["verdict_s"] > 0
+    # the reference's own time is trusted by kfray's rules too: a flag would print, and count as 0
+    assert rows["1_Relu.py"]["flagged"] == "" and lv["level1"]["flagged"] == {}
     shape = rows["1_Relu.py"]["per_shape"]["default"]          # both sides' figures, for a look at the noise
     assert shape["ref_median_ms"] > 0 and shape["period_ms"] > 0 and shape["ref_period_ms"] > 0
     assert "level3: 1 / 2 correct" in printed and "failed  2_Needs_missing_package.py" in printed

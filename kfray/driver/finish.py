@@ -65,7 +65,7 @@ def finish(co, t_start: float, stopped: str = "") -> dict[str, Any]:
         "wall_seconds": round(time.time() - t_start, 2),
         "run_dir": str(co.run_dir),
     }
-    usage = llm_usage(island_states)
+    usage = llm_usage(island_states) or ledger_usage(co)
     if usage:                          # tokens and cost per model (LLM runs), and requests by purpose
         from kfray.proposers.models import request_counts
 
@@ -194,3 +194,16 @@ def llm_usage(island_states: list[dict]) -> dict:
     from kfray.proposers.models import merged
 
     return merged(s.get("llm_usage") for s in island_states)
+
+
+def ledger_usage(co) -> dict:
+    """The run-wide ledger's own snapshot, for a stopped run whose islands did not answer in time: an
+    island in the middle of a model's answer (minutes on a local server) answers nothing else, and
+    the stored checkpoints carry no usage. The ledger actor never waits on a model."""
+    if co.cfg.proposer.kind != "llm":
+        return {}
+    try:
+        actor = ray.get_actor(f"{co.name}-prompt-evolver-ledger")
+        return ray.get(actor.snapshot.remote(), timeout=5) or {}
+    except Exception:                 # Ray already down with the driver, or no request was ever made
+        return {}
