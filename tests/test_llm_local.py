@@ -55,6 +55,18 @@ def test_one_request_in_flight_none_sent_twice():
         assert len(srv.requests) == 5 and srv.max_in_flight == 1
 
 
+def test_the_same_prompt_asked_again_is_sampled_afresh():
+    """A server that caches prompts (llama.cpp) restores the sampler with the prompt's state, so a
+    request without a seed of its own got the same answer to the same prompt, a duplicate kernel
+    each time: every request carries a fresh seed."""
+    with ScriptedServer([ANSWER]) as srv:
+        p = LLMProposer(_cfg(srv))
+        for _ in range(3):
+            p.complete(MSGS)
+        seeds = [r.get("seed") for r in srv.requests]
+        assert all(isinstance(x, int) for x in seeds) and len(set(seeds)) == 3, seeds
+
+
 def test_without_the_limit_the_server_is_flooded():
     # the failure the limit prevents: 5 at once queue in the server past the timeout and are resent
     with ScriptedServer([ANSWER], delay_s=0.5, serial=True) as srv:

@@ -12,6 +12,7 @@ that keeps answering is never cut off; without streaming it bounds the whole ans
 """
 from __future__ import annotations
 
+import random
 import time
 import uuid
 from dataclasses import dataclass
@@ -62,14 +63,19 @@ class Endpoint:
 
     def _once(self, model: str, messages: list[dict], max_tokens: int) -> Answer:
         cfg = self.cfg
+        # A fresh sampling seed per request: llama.cpp's server restores a cached prompt's state, its
+        # sampler's generator included, so the same prompt gave the same answer word for word. In a
+        # 45-minute local run an island asked one prompt 12 times in a row (7.5 minutes of the
+        # model), and each answer was the duplicate of a kernel already evaluated.
+        seed = random.SystemRandom().randrange(1 << 31)
         if not getattr(cfg, "stream", True):
-            resp = self.client.chat.completions.create(model=model, messages=messages,
+            resp = self.client.chat.completions.create(model=model, messages=messages, seed=seed,
                                                        temperature=cfg.temperature, max_tokens=max_tokens)
             u = resp.usage
             text = resp.choices[0].message.content or "" if resp.choices else ""
             return Answer(text, (u.prompt_tokens or 0) if u else 0, (u.completion_tokens or 0) if u else 0)
         stream = self.client.chat.completions.create(
-            model=model, messages=messages, temperature=cfg.temperature, max_tokens=max_tokens,
+            model=model, messages=messages, temperature=cfg.temperature, max_tokens=max_tokens, seed=seed,
             stream=True, stream_options={"include_usage": True})
         parts, chunks, usage = [], 0, None
         with stream:
