@@ -12,7 +12,7 @@ from kfray.errors import KfrayError
 from kfray.eval.evaluator import make_evaluators, release_gangs
 from kfray.eval.queue import EvalQueue
 from kfray.languages import language_of
-from kfray.search.prompt_evolver import make_prompt_evolver
+from kfray.search.prompt_evolver import evolver_name, make_prompt_evolver
 from kfray.search.island import IslandActor
 
 
@@ -79,7 +79,7 @@ def start_classes(co) -> None:
     co.evaluators = [ev for c in co.classes for ev in c.evaluators]
     co.hardware = co.classes[0].label
     co.device_facts = co.classes[0].facts
-    co.evolver = make_prompt_evolver(f"{co.name}-prompt-evolver", co.cfg.prompts, co.cfg.proposer, co.cfg.search.seed)
+    co.evolver = make_prompt_evolver(evolver_name(co.name), co.cfg.prompts, co.cfg.proposer, co.cfg.search.seed)
     co.actors.append(co.evolver)
     if co.cfg.proposer.kind == "llm":      # the endpoints' request limiters live as long as the run
         from kfray.proposers.llm import LLMProposer
@@ -100,7 +100,7 @@ def start_islands(co, ref: str) -> None:
             # so islands are not all pinned to the head node.
             a = cls.options(name=f"{co.name}-island-{ref}-{i}", num_cpus=0, max_restarts=-1,
                             max_task_retries=0, scheduling_strategy="SPREAD").remote(
-                i, ref, hc.language, s, co.cfg.proposer, f"{co.name}-prompt-evolver", hc.facts, hc.label, s.seed)
+                i, ref, hc.language, s, co.cfg.proposer, evolver_name(co.name), hc.facts, hc.label, s.seed)
             handles.append(a)
             co.actors.append(a)
 

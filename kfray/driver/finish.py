@@ -200,10 +200,13 @@ def ledger_usage(co) -> dict:
     """The run-wide ledger's own snapshot, for a stopped run whose islands did not answer in time: an
     island in the middle of a model's answer (minutes on a local server) answers nothing else, and
     the stored checkpoints carry no usage. The ledger actor never waits on a model."""
+    from kfray.proposers.models import ledger_name
+    from kfray.search.prompt_evolver import evolver_name
+
     if co.cfg.proposer.kind != "llm":
         return {}
     try:
-        actor = ray.get_actor(f"{co.name}-prompt-evolver-ledger")
+        actor = ray.get_actor(ledger_name(evolver_name(co.name)))
         return ray.get(actor.snapshot.remote(), timeout=5) or {}
     except Exception:                 # Ray already down with the driver, or no request was ever made
         return {}

@@ -250,6 +250,11 @@ class LedgerActor:
         return self.ledger.floor(snapshot)
 
 
+def ledger_name(evolver: str) -> str:
+    """The run-wide ledger actor's name, beside the run's prompt evolver (named `evolver`)."""
+    return f"{evolver}-ledger"
+
+
 class RemoteLedger:
     """A Ledger-like proxy to the named LedgerActor; re-creates and re-seeds it if it died."""
 

@@ -337,8 +337,8 @@ class IslandActor:
         proposer = make_proposer(proposer_cfg)
         if evolver_name and hasattr(proposer, "ledger"):
             # one ledger for every island of the run: the LLM budget and the bandit are run-wide
-            from kfray.proposers.models import RemoteLedger
-            proposer.ledger = RemoteLedger(f"{evolver_name}-ledger")
+            from kfray.proposers.models import RemoteLedger, ledger_name
+            proposer.ledger = RemoteLedger(ledger_name(evolver_name))
         self.island = Island(index, task_ref, language, cfg, proposer, device_facts, hardware, seed)
         self.evolver_name = evolver_name
         self._evolver = None

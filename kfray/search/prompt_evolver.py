@@ -58,10 +58,17 @@ class PromptEvolver:
         self.population = MetaPromptPopulation.from_dict(snapshot)
 
 
+def evolver_name(run_name: str) -> str:
+    """The run's prompt-evolver actor, which islands find by this name."""
+    return f"{run_name}-prompt-evolver"
+
+
 def make_prompt_evolver(name: str, prompt_cfg: PromptConfig, proposer_cfg=None, seed: int = 0):
     """Create (or attach to) the named evolver actor; num_cpus=0 so it never blocks evaluators."""
     import ray
 
+    from kfray.proposers.models import ledger_name
+
     cls = ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)(PromptEvolver)
     return cls.options(name=name, get_if_exists=True, num_cpus=0).remote(prompt_cfg, proposer_cfg, seed,
-                                                                         f"{name}-ledger")
+                                                                         ledger_name(name))
