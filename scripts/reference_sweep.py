@@ -39,6 +39,15 @@ sys.path.insert(0, str(ROOT))
 
 from kfray.candidate import Candidate, EvalResult  # noqa: E402
 from kfray.errors import KfrayError  # noqa: E402
+# Imported here, not in the functions that use them: the planning thread imports kfray.sweep.plan
+# while the main thread starts the pool, and two threads importing the same modules at once can
+# deadlock (Python raised _DeadlockError on kfray.sweep.plan in a test run).
+from kfray.cluster import connect  # noqa: E402
+from kfray.eval.evaluator import make_evaluators  # noqa: E402
+from kfray.eval.queue import EvalQueue  # noqa: E402
+from kfray.sweep.cli import gpu_evaluators_default  # noqa: E402
+from kfray.sweep.plan import plan_iter  # noqa: E402
+from kfray.tasks import load_task  # noqa: E402
 
 REFERENCE_SEEDS = ("reference_module", "reference_function")
 GPU_BACKENDS = ("cuda", "torch_ext_cuda")
@@ -46,7 +55,6 @@ GPU_BACKENDS = ("cuda", "torch_ext_cuda")
 
 def reference_kernel(ref: str):
     """(seed name, source) of the kernel that stands for a task's reference, or None."""
-    from kfray.tasks import load_task
 
     seeds = load_task(ref).seeds_for("suite")
     for s in seeds:
@@ -76,7 +84,6 @@ def plan_levels(kb_root: str | None, rkb_root: str | None, levels: list[int], wa
     as a level begins (its entry, {"failed", "not_loaded", "no_reference"}, fills as it plans),
     ("job", name, (ref, seed name, source)) for each problem to judge, ("skipped", name, problem)
     for one judged correct before (`done`: (level, problem) pairs), and ("end", name, None)."""
-    from kfray.sweep.plan import plan_iter
 
     suites = [(f"level{n}", kb_root, n) for n in levels] if kb_root else []
     if rkb_root:
@@ -138,11 +145,6 @@ def correct_before(files: list[str]) -> set:
 def start_pool(cfg, address: str, backend_set: bool, evaluators_set: bool):
     """Ray (a cluster, or a local instance), the backend a sweep would pick, its evaluators."""
     import ray
-
-    from kfray.cluster import connect
-    from kfray.eval.evaluator import make_evaluators
-    from kfray.eval.queue import EvalQueue
-    from kfray.sweep.cli import gpu_evaluators_default
 
     owned = not ray.is_initialized()
     connect(address or cfg.address, num_cpus=int(max(1, cfg.eval.evaluators) * cfg.eval.num_cpus) + 1)

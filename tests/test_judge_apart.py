@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from kfray.candidate import Candidate, EvalResult
+from kfray.candidate import TIER_WRONG_VALUES, Candidate, EvalResult
 from kfray.config import EvalConfig
 from kfray.eval.evaluator import Evaluator
 from kfray.eval import isolation
@@ -447,6 +447,33 @@ def test_a_modelnew_that_memoises_by_input_address_gains_nothing(tmp_path, suite
     r = _verify(problem(tmp_path, 2048), k, suite_cache)
     assert not (_trusted_correct(r) and r.facts["suite"]["speedup"] > 3.0), \
         f"memoised results were timed as the kernel's: {r.facts.get('suite')}"
+
+
+# Timed calls get fresh clones of the inputs; the correctness trials and the checks after the timing
+# get the shared sets themselves. A kernel can tell the two apart (on the CPU a shared set's storage
+# is a mapping, which cannot be resized; a clone's can) and skip
+# its work only while it is timed: the judge's spot checks of timed calls, whose outputs it has
+# copied only after each call answered, are what catch it.
+# Its first two timed calls are right: the slots the judge's copies go to start out holding those.
+SKIPS_WHEN_TIMED = ("        if x.untyped_storage().resizable():\n            self.n += 1\n"
+                    "            if self.n > 2 and self.n % 4:\n                return torch.zeros_like(x)\n"
+                    "        return torch.clamp_min(x, 0.0)")
+
+
+def test_a_modelnew_that_skips_work_only_in_timed_calls_is_caught_by_the_spot_checks(tmp_path, suite_cache):
+    k = modelnew(tmp_path, "skips_timed", init="        self.n = 0\n", body=SKIPS_WHEN_TIMED)
+    r = _verify(problem(tmp_path, 64), k, suite_cache)
+    assert r.tier == TIER_WRONG_VALUES and "spot checks of timed calls" in r.reason, (r.tier, r.reason)
+
+
+def test_checked_calls_output_copies_that_take_far_longer_than_a_copy_are_flagged():
+    from kfray.eval.defences import copy_check
+
+    wire = (80e-6, 120e-6)
+    assert copy_check([], 1e-3, wire) is None
+    assert copy_check([1.2e-3, 1.1e-3, 2.5e-3], 1e-3, wire) is None         # a copy of 1 ms, one slow
+    why = copy_check([9e-3, 8.5e-3, 9.2e-3, 1.1e-3], 1e-3, wire)            # the work done when asked
+    assert why and "outside clock" in why and "8750 us (median of 4)" in why, why
 
 
 def test_the_judge_starts_its_own_work_while_the_candidates_runner_loads(tmp_path, suite_cache):

@@ -102,6 +102,22 @@ def clock_check(log: list[tuple[float, float, float]], round_trip: tuple[float, 
     return None
 
 
+def copy_check(seconds: list[float], copy_s: float, round_trip: tuple[float, float]) -> str | None:
+    """Why the copies of checked calls' outputs show work the kernel left for later, or None. The
+    judge asks for a call's outputs after the call answered (suite/remote_case.py); a kernel that
+    finishes its result only when asked (a thread that watches the wire) makes the median copy
+    request longer than the copy of that size (`copy_s`, the judge's own) and the wire allow."""
+    if not seconds:
+        return None
+    med = statistics.median(seconds)
+    allowed = 3 * copy_s + 3 * round_trip[1] + 2e-3
+    if med > allowed:
+        return (f"the judge's copies of checked calls' outputs took {med * 1e6:.0f} us (median of {len(seconds)}), "
+                f"over the {allowed * 1e6:.0f} us that a copy of {copy_s * 1e6:.0f} us and the wire allow: the "
+                "kernel's work was not done when its call answered [kfray rule: outside clock]")
+    return None
+
+
 def review_flag(times: dict, ref_times: dict) -> str | None:
     """A speedup beyond REVIEW_SPEEDUP (geometric mean over shapes), for a human's second look."""
     import math

@@ -144,7 +144,8 @@ class Runner:
                 elif op == "cuda_selftest":
                     out = self.cuda.selftest(int(req["id"]), int(req["offset"]), int(req["nbytes"]))
                 elif op in ("load_torch", "torch_build", "torch_inputs", "torch_call", "torch_state", "torch_probe",
-                            "torch_release", "torch_set_state", "torch_bw_bind", "torch_bw_forward", "torch_backward"):
+                            "torch_release", "torch_copy_kept", "torch_set_state", "torch_bw_bind", "torch_bw_forward",
+                            "torch_backward"):
                     if self.torch is None:
                         from kfray.eval.runner_torch import TorchSide
                         self.torch = TorchSide(self)

@@ -6,7 +6,8 @@ in its own process, and compares what comes back.
 Requests: `load_torch` (the kernel and the task's cases), `torch_build` (a candidate model after
 the suite's seed), `torch_inputs` (an input set, shared), `torch_call` (one call: its claimed time
 and its outputs, shared), `torch_state` (the model's parameters and buffers, shared),
-`torch_probe` (the stream probe's call with the current stream held), `torch_release`; for a
+`torch_probe` (the stream probe's call with the current stream held), `torch_copy_kept` (the
+last timed call's outputs into the judge's slots), `torch_release`; for a
 robust-kbench backward task, `torch_bw_bind` (the candidate side's model on the judge's state),
 `torch_bw_forward` (its forward through the task's AutogradFunction) and `torch_backward`
 (`out.backward(g)` with the judge's `g`: its claimed time and every `.grad`, shared).
@@ -34,6 +35,7 @@ class TorchSide:
         self._ids = itertools.count(1)
         self.device = "cpu"
         self.cases: list = []
+        self.kept = None                             # (outputs, the judge's slots) of the last timed call
 
     def handle(self, op: str, req: dict, fds: list[int]) -> tuple[dict, list[int]]:
         for key in req.get("drop", []):          # input sets (and backward sides) the judge let go of
@@ -146,6 +148,7 @@ class TorchSide:
 
         case, model = self.models[str(req["model"])]
         xs = self.sets[str(req["inputs"])]
+        self.kept = None                  # the last timed call's outputs: gone before this call makes its own
         if req.get("seed") is not None:   # the judge seeded its generator before this call
             from kfray.eval.suite.common import set_seed
 
@@ -159,14 +162,27 @@ class TorchSide:
         outs = outputs(res, "the kernel")
         if req.get("slot") is None:
             return self._export(outs, self.sets[str(req["inputs"])], {"s": s})
-        slot = self.sets[str(req["slot"])]         # a timed call: outputs copied where the judge reads them
+        slot = self.sets[str(req["slot"])]         # a timed call: outputs kept until the next, for the judge to ask
         if len(outs) != len(slot) or any(o.shape != t.shape or o.dtype != t.dtype for o, t in zip(outs, slot)):
             return {"s": s, "mismatch": "the kernel's outputs changed shape or type between calls"}, []
+        self.kept = (outs, slot)
+        return {"s": s}, []
+
+    def torch_copy_kept(self, req: dict, fds) -> tuple[dict, list]:
+        """The last timed call's outputs copied into the judge's slots. The judge asks after the
+        call has answered, for the calls it checks: no call can tell beforehand whether it will be
+        looked at, and the others skip a copy as large as their outputs."""
+        import torch
+
+        if getattr(self, "kept", None) is None:
+            return {"error": "no timed call's outputs are kept"}, []
+        outs, slot = self.kept
+        self._sync()
         with torch.no_grad():
             for o, t in zip(outs, slot):
                 t.copy_(o)
         self._sync()
-        return {"s": s}, []
+        return {"ok": True}, []
 
     def torch_state(self, req: dict, fds) -> tuple[dict, list]:
         from kfray.eval.suite.judge import state_of
@@ -207,6 +223,7 @@ class TorchSide:
         memory given back too (the judge's next step may need it), and what it still holds."""
         for i in req.get("ids", []):
             self.held.pop(int(i), None)
+        self.kept = None
         if self.device != "cuda":
             return {"ok": True}, []
         import torch

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import random
 import weakref
 
 from kfray.eval import wire
+from kfray.eval.suite.timed_calls import TimedCalls
 from kfray.eval.tensor_wire import export_tensor, import_tensor
 from kfray.tasks.suite_spec import suite_task_data
 
-SAMPLED_CALLS = 8          # timed calls per configuration whose outputs the judge keeps to check
 MAX_STATE = 100_000        # parameters and buffers of one candidate model, at most
 
 
@@ -49,7 +48,7 @@ class RemoteModel:
         return []
 
 
-class RemoteKernel:
+class RemoteKernel(TimedCalls):
     """A suite model in a runner. `side` "new": the candidate's (from `artifact`); "ref": the
     task's own reference, which the judge times in a runner of its own, so that both sides' calls
     go through the same process, wire and allocator (`reference`, made by the backend). With
@@ -64,16 +63,7 @@ class RemoteKernel:
         self._keys = itertools.count(1)
         self._dropped: list[str] = []                    # keys of input sets the judge let go of
         self._last: list[int] = []                       # runner output ids to release
-        self.timing = False                              # fresh inputs per call, outputs sampled
-        self.slots = None                                # (runner key, judge tensors) of timed outputs
-        self.check = None                                # (input set, outputs) -> raises when wrong
-        self.call_limit = None                           # (seconds, factor, reference seconds) of one call
-        self.rotation: list = []                         # input sets timed calls alternate
-        self.calls = 0
-        self.last_idx = 0
-        self.overhead = 0.0
-        self.flush_bytes = 0                             # the L2 flush the runner makes before each timed call
-        self.rng = random.Random()
+        self.init_timing()
         self.pool = None                                 # the judge's tensors a CUDA runner maps
         self.sent: list[tuple[str, int]] = []            # their IPC reference counters
         if device == "cuda":
@@ -193,8 +183,10 @@ class RemoteKernel:
 
     def call(self, model: RemoteModel, xs):
         """One call in the runner: its outputs, mapped from the runner's memory. A timed call's
-        outputs are copied by the runner into slots the judge owns (set up from the first call):
-        every timed call pays the same copy, so none can tell whether the judge will look."""
+        outputs stay in the runner until its next call; the judge has them copied into slots it
+        owns (set up from the first call) for the calls it checks, chosen after each call has
+        answered, so no call can tell whether the judge will look. The timed calls of a memory-
+        bound problem of 8 GiB a side then skip a copy as long as the kernel's own call."""
         idx = 0
         if self.timing and self.rotation:
             idx = self.calls % len(self.rotation)
@@ -216,63 +208,20 @@ class RemoteKernel:
                 os.close(fd)
             if "mismatch" in ans:
                 raise wire.WireError(wire.text(ans["mismatch"], "mismatch", 200))
-            outs = self.slots[1]
             if self.check is not None and self.rng.random() < self.sample_p:
-                self.check(idx, outs)
-            return tuple(outs)
+                self.check(idx, self.kept_outputs())
+            return tuple(self.slots[1])
         ans, fds = self._timed(req)
         outs = self._import(ans, fds, xs)
         if self.timing:
             self._make_slots(outs, xs)
         return tuple(outs)
 
-    def _make_slots(self, outs: list, xs) -> None:
-        """Output slots shaped like the first timed call's outputs, shared with the runner, and
-        what the runner's part of a timed call outside the kernel costs here (its warm-up spin, a
-        clone of the inputs, the L2 flush, a copy into the slots), which the outside clock allows
-        for."""
-        import time
-
-        import torch
-
-        from kfray.eval.suite.common import WARM_SPIN_S, flush_l2
-
-        slots = [torch.empty_like(o.detach()) for o in outs]
-        shared = self.share(slots)
-        self.slots = (shared.key, shared)
-        best = float("inf")
-        for _ in range(3):
-            self._sync()
-            t0 = time.perf_counter()
-            copies = [x.clone() for x in xs if isinstance(x, torch.Tensor)]
-            if self.flush_bytes:
-                flush_l2(self.flush_bytes)
-            for s, o in zip(shared, outs):
-                s.copy_(o.detach())
-            self._sync()
-            best = min(best, time.perf_counter() - t0)
-            del copies
-        self.overhead = best + WARM_SPIN_S
-
     def _sync(self) -> None:
         if self.device == "cuda":
             import torch
 
             torch.cuda.synchronize()
-
-    def _timed(self, req: dict):
-        from kfray.eval.remote import RunnerFailed
-
-        limit = self.call_limit[0] if self.call_limit else None
-        try:
-            return self.runner.timed(req, timeout=limit)
-        except RunnerFailed as e:
-            if self.call_limit and str(e).startswith("timeout: no result"):
-                lim, factor, ref_s = self.call_limit
-                raise RunnerFailed(f"timeout: one call of the kernel took over {lim:.3g} s, more than {factor:g}x its "
-                                   f"reference's {ref_s:.3g} s (eval.slow_factor) [kfray rule: time limit sized to the "
-                                   "reference]") from None
-            raise
 
     def _import(self, ans: dict, fds: list[int], xs) -> list:
         import torch
@@ -381,19 +330,3 @@ class RemoteKernel:
             gc.collect()
             torch.cuda.ipc_collect()
             torch.cuda.empty_cache()
-
-    # -- timing -------------------------------------------------------------------------------
-    def start_timing(self, trials: int, flush_bytes: int = 0) -> list:
-        """From now on every call gets fresh input tensors and some calls' outputs are kept; the
-        log of (judge's seconds, claimed seconds) per call, emptied. With flush_bytes the runner
-        writes that many bytes before each timed call on its own stream, as KernelBench does in its
-        process (the judge's flush, in another CUDA context, left the candidate's launches no head
-        start: 12_Matmul_with_diagonal_matrices measured 0.68x against itself on the H200)."""
-        self.timing, self.slots, self.overhead, self.calls = True, None, 0.0, 0
-        self.flush_bytes = int(flush_bytes)
-        self.sample_p = min(1.0, SAMPLED_CALLS / max(1, trials))
-        self.runner.log.clear()
-        return self.runner.log
-
-    def stop_timing(self) -> list:
-        self.timing, self.slots, self.rotation, self.check = False, None, [], None

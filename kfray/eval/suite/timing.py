@@ -13,7 +13,7 @@ from kfray.candidate import TIER_WRONG_VALUES
 from kfray.eval.suite.common import (KB_PERF_TRIALS, KB_WARMUP, KERNELBENCH, L2_FLUSH_BYTES, RKB, RKB_PERF_TRIALS,
                                      RKB_WARMUP, SUITE_NAMES, SUITE_SEED, WARM_SPIN_S, Verdict, allclose_reason,
                                      flush_l2, gradients, making, outputs, set_seed, tensors, to_device, to_module)
-from kfray.eval.defences import clock_check
+from kfray.eval.defences import clock_check, copy_check
 from kfray.eval.remote import paused
 from kfray.eval.suite.judge import Judge
 
@@ -34,9 +34,9 @@ class Clock:
             flush_l2()
 
     def samples(self, call: Callable[[], Any], warmup: int, trials: int, before: Callable[[], Any] | None = None,
-                budget_s: float = 0.0, settle_flush: bool = False, pace: float = 0.0) -> list[float]:
-        """With settle_flush the flush is waited for before the call: the call runs in another
-        process (the candidate's runner), which flushes again on its own stream. With `pace`, each
+                budget_s: float = 0.0, in_runner: bool = False, pace: float = 0.0) -> list[float]:
+        """With `in_runner` the call runs in another process (a runner), which flushes L2 on its own
+        stream before each call: the judge's flush, in another CUDA context, is left out. With `pace`, each
         call starts that many seconds after the last one began (sleeping the rest): the reference's
         calls keep the candidate's cadence, whose every call waits on the wire. The cadence of
         these calls (median start to start) is left in `period`."""
@@ -70,9 +70,8 @@ class Clock:
             if before:
                 before()
             self.backend.synchronize()
-            self.flush()
-            if settle_flush and self.flush_l2:
-                self.backend.synchronize()
+            if not in_runner:
+                self.flush()
             out.append(self.backend.time_call(call))
             if budget_s and len(out) >= 5 and time.perf_counter() - start > budget_s:
                 break                     # a slow problem: enough samples for a mean
@@ -185,14 +184,15 @@ def time_case(judge: Judge, clock: Clock, case: Case, seed: int, side: str, warm
                 log = remote.start_timing(trials, L2_FLUSH_BYTES if clock.flush_l2 else 0)
                 try:
                     with hold:
-                        ts = clock.samples(call, warmup, trials, None, budget_s, settle_flush=True)
+                        ts = clock.samples(call, warmup, trials, None, budget_s, in_runner=True)
                     if last[0] is not None and remote.check is not None:   # the last call's, on its own set
-                        remote.check(remote.last_idx, list(last[0]))
+                        remote.check(remote.last_idx, remote.kept_outputs())
                 finally:
                     remote.stop_timing()
                 last[0] = None
                 pairs = log[-len(ts):]
-                why = clock_check(pairs, remote.runner.quiet_round_trip(), remote.overhead)
+                quiet = remote.runner.quiet_round_trip()
+                why = clock_check(pairs, quiet, remote.overhead) or copy_check(remote.copies, remote.copy_s, quiet)
                 if why:
                     whose = "the reference's runner (the kernel may have tampered with it): " if via else ""
                     judge.flags.append(f"configuration {case.name}: {whose}{why}")
