@@ -195,6 +195,32 @@ analysis: |
     assert parse_sections("```yaml\nphilosophy: a\n```") is None
 
 
+def test_a_meta_prompt_rewrite_is_held_to_the_prompt_budget():
+    """On a local endpoint's budget the rewrite request keeps the sections it rewrites, the scores and
+    the ask, and drops the other parent's sections first; a verbose rewrite is cut to a bound, so
+    it cannot grow the next prompts (and the next rewrite) past the budget."""
+    from kfray.prompts.budget import estimate_tokens
+    from kfray.prompts.population import MAX_SECTION_CHARS, SECTIONS, MetaPromptPopulation
+
+    verbose = "```yaml\n" + "".join(f"{k}: |\n" + "".join(f"  {k} line {i} " + "x" * 60 + "\n" for i in range(40))
+                                     for k in SECTIONS) + "```"
+    asked = {}
+    for budget in (0, 600):
+        with ScriptedServer([verbose]) as srv:
+            p = _proposer(srv, prompt_tokens=budget)
+            pop = MetaPromptPopulation(size=3, evolve_every=1000, seed=1)
+            child = pop.evolve(p.rewrite_meta_prompt)
+            asked[budget] = srv.requests[0]["messages"]
+        assert all(len(child.sections[k]) <= MAX_SECTION_CHARS and child.sections[k].startswith(f"{k} line 0")
+                   for k in SECTIONS), child.sections
+    whole, held = asked[0][1]["content"], asked[600][1]["content"]
+    assert "Other parent's sections" in whole and "Other parent's sections" not in held
+    for text in (whole, held):
+        assert "### strategies" in text and "mean child score" in text and "```yaml code block" in text
+    assert sum(estimate_tokens(m["content"]) for m in asked[600]) <= 600 < sum(estimate_tokens(m["content"])
+                                                                              for m in asked[0])
+
+
 def test_config_errors(monkeypatch):
     for var in ("OPENAI_BASE_URL", "KFRAY_MODEL", "KFRAY_TEST_NO_KEY"):
         monkeypatch.delenv(var, raising=False)

@@ -19,6 +19,7 @@ import yaml
 from kfray.proposal import MetaPrompt
 
 SECTIONS = ("philosophy", "strategies", "pitfalls", "analysis")
+MAX_SECTION_CHARS = 700      # a rewritten section, at most: every prompt and the next rewrite carry it
 HINTS = ("mutate_params", "switch_strategy", "recombine", "toggle_simd", "toggle_parallel", "")
 SNIPPETS_PATH = Path(__file__).with_name("snippets.yaml")
 
@@ -176,7 +177,7 @@ class MetaPromptPopulation:
         """Keep the rewrite's non-empty string sections, the parent's for the rest; None if it gave none."""
         if not isinstance(out, dict):
             return None
-        got = {s: out[s].strip() for s in SECTIONS if isinstance(out.get(s), str) and out[s].strip()}
+        got = {s: _capped(out[s].strip()) for s in SECTIONS if isinstance(out.get(s), str) and out[s].strip()}
         if not got:
             return None
         return {s: got.get(s, base.get(s, "")) for s in SECTIONS}
@@ -193,10 +194,11 @@ class MetaPromptPopulation:
             return (f"{p.id} (generation {p.generation}): mean child score {st['mean']:.3f}, "
                     f"best {best}, over {st['reports']} reports")
         other = "\n".join(f"[{s}]\n{pb.sections.get(s, '')}" for s in SECTIONS)
+        # Two paragraphs, the more needed first: a prompt budget drops the second before the first.
         return ("Scores are the correctness tier (0-5) plus the geometric-mean speedup when correct.\n"
                 f"Prompt to rewrite: {line(pa)}.\nOther parent: {line(pb)}.\n"
                 "Keep what helped, drop what did not, borrow from the other parent where useful, "
-                "and keep each section to a few short sentences.\nOther parent's sections:\n" + other)
+                "and keep each section to a few short sentences.\n\nOther parent's sections:\n" + other)
 
     def _add(self, sections: dict[str, str], generation: int, parents: list[str],
              hints: list[str]) -> MetaPrompt:
@@ -262,3 +264,16 @@ class MetaPromptPopulation:
         pop._rng = random.Random()
         pop._rng.setstate((version, tuple(state), gauss))
         return pop
+
+
+def _capped(text: str) -> str:
+    """A model's section cut to MAX_SECTION_CHARS at a line's end (a verbose rewrite would otherwise
+    grow every later prompt, and the rewrite after it, past a local model's budget)."""
+    if len(text) <= MAX_SECTION_CHARS:
+        return text
+    keep = ""
+    for ln in text.split("\n"):
+        if len(keep) + len(ln) + 1 > MAX_SECTION_CHARS:
+            break
+        keep += ln + "\n"
+    return keep.strip() or text[:MAX_SECTION_CHARS].rstrip()

@@ -20,6 +20,7 @@ import yaml
 from kfray.candidate import Candidate
 from kfray.config import ProposerConfig
 from kfray.errors import ConfigError, KfrayError
+from kfray.prompts.budget import Section, estimate_tokens, fit
 from kfray.prompts.builder import build_messages, edit_base
 from kfray.proposers.base import Proposer, ProposalContext
 from kfray.proposers.chat import Endpoint
@@ -340,16 +341,17 @@ class LLMProposer(Proposer):
     def rewrite_meta_prompt(self, sections: dict[str, str], feedback: str) -> dict[str, str] | None:
         """Ask the model for improved meta-prompt sections; None when the answer cannot be parsed."""
         current = "\n\n".join(f"### {k}\n{sections.get(k, '').strip()}" for k in META_SECTIONS)
-        messages = [
-            {"role": "system", "content": "You improve the instructions given to a kernel-writing model. "
-                                          "Be concrete and brief."},
-            {"role": "user", "content": (
-                f"These meta-prompt sections steer a model that writes fast GPU kernels:\n\n{current}\n\n"
-                f"## Performance feedback\n{feedback.strip()}\n\n"
-                f"Rewrite the four sections to produce faster correct kernels. Answer with exactly one "
-                f"```yaml code block holding a mapping with exactly the keys "
-                f"{', '.join(META_SECTIONS)}; each value is a string (use YAML block scalars `|`).")},
-        ]
+        system = "You improve the instructions given to a kernel-writing model. Be concrete and brief."
+        # Held to the prompt budget like a proposal: the sections and the ask always go; the
+        # feedback's paragraphs (the scores first, then the other parent's sections) while they fit.
+        parts = [Section(f"These meta-prompt sections steer a model that writes fast GPU kernels:\n\n{current}\n\n"
+                         "## Performance feedback")]
+        parts += [Section(par.strip(), k + 1) for k, par in enumerate(feedback.strip().split("\n\n")) if par.strip()]
+        parts.append(Section(f"\nRewrite the four sections to produce faster correct kernels. Answer with exactly one "
+                             f"```yaml code block holding a mapping with exactly the keys "
+                             f"{', '.join(META_SECTIONS)}; each value is a string (use YAML block scalars `|`)."))
+        user, _dropped = fit(parts, getattr(self.cfg, "prompt_tokens", 0) or 0, reserve=estimate_tokens(system))
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
         try:
             text = self.complete(messages, purpose="prompt")
         except KfrayError:
