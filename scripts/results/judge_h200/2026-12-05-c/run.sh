@@ -4,6 +4,8 @@
 #   level1   the level-1 reference sweep under py-spy (non-blocking samples: where the judge's time goes)
 #   level2   the level-2 sweep, then robust-kbench's tasks whose reference kfray flagged, then the GPU memory tests
 #   level3   the level-3 sweep
+#   quick    one short call where device time is short: two level-1 problems of 8 GiB a side (the
+#            copies skipped), one level-2 problem, robust-kbench's four flagged tasks, the memory tests
 set -u
 what=$1
 KB=kb_full/KernelBench
@@ -26,4 +28,14 @@ case $what in
     tail -3 "$out/gpu_tests.txt" ;;
   level3)
     sweep 3 > "$out/level3.log" 2>&1; tail -5 "$out/level3.log" ;;
+  quick)
+    python scripts/reference_sweep.py --kernelbench $KB --levels 1 --tasks 38_L1Norm,39_L2Norm --out "$out/q1.json" > "$out/q1.log" 2>&1
+    tail -4 "$out/q1.log"
+    python scripts/reference_sweep.py --kernelbench $KB --levels 2 --tasks 40_Matmul_Scaling --out "$out/q2.json" > "$out/q2.log" 2>&1
+    tail -4 "$out/q2.log"
+    python scripts/reference_sweep.py --rkb kb_full/rkb --set eval.suite_time_budget_s=1 \
+      --tasks task_11,task_23,task_97,task_85 --out "$out/rkb_flagged.json" > "$out/rkb_flagged.log" 2>&1
+    tail -4 "$out/rkb_flagged.log"
+    python -m pytest -q -m gpu tests/test_judge_gpu.py -k "memory" -p no:cacheprovider > "$out/gpu_tests.txt" 2>&1
+    tail -3 "$out/gpu_tests.txt" ;;
 esac
