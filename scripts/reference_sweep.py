@@ -55,7 +55,6 @@ GPU_BACKENDS = ("cuda", "torch_ext_cuda")
 
 def reference_kernel(ref: str):
     """(seed name, source) of the kernel that stands for a task's reference, or None."""
-
     seeds = load_task(ref).seeds_for("suite")
     for s in seeds:
         if s.name in REFERENCE_SEEDS:
@@ -84,7 +83,6 @@ def plan_levels(kb_root: str | None, rkb_root: str | None, levels: list[int], wa
     as a level begins (its entry, {"failed", "not_loaded", "no_reference"}, fills as it plans),
     ("job", name, (ref, seed name, source)) for each problem to judge, ("skipped", name, problem)
     for one judged correct before (`done`: (level, problem) pairs), and ("end", name, None)."""
-
     suites = [(f"level{n}", kb_root, n) for n in levels] if kb_root else []
     if rkb_root:
         suites.append(("rkb", str(rkb_tasks_folder(Path(rkb_root))), None))

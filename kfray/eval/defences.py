@@ -104,7 +104,7 @@ def clock_check(log: list[tuple[float, float, float]], round_trip: tuple[float, 
 
 def copy_check(seconds: list[float], copy_s: float, round_trip: tuple[float, float]) -> str | None:
     """Why the copies of checked calls' outputs show work the kernel left for later, or None. The
-    judge asks for a call's outputs after the call answered (suite/remote_case.py); a kernel that
+    judge asks for a call's outputs after the call answered (suite/timed_calls.py); a kernel that
     finishes its result only when asked (a thread that watches the wire) makes the median copy
     request longer than the copy of that size (`copy_s`, the judge's own) and the wire allow."""
     if not seconds:

@@ -5,6 +5,7 @@ each call has answered, copied into slots the judge owns."""
 from __future__ import annotations
 
 import random
+import time
 
 from kfray.eval import wire
 
@@ -48,8 +49,6 @@ class TimedCalls:
         """The last timed call's outputs, copied by the runner into the judge's slots. The copy's
         round trip is logged (`copies`): a kernel that finishes its work only when its outputs
         are asked for makes it slow (kfray.eval.defences.copy_check)."""
-        import time
-
         t0 = time.perf_counter()
         ans = self.runner.request({"op": "torch_copy_kept"})
         self.copies.append(time.perf_counter() - t0)
@@ -62,8 +61,6 @@ class TimedCalls:
         what the runner's part of a timed call outside the kernel costs here (its warm-up spin, a
         clone of the inputs, the L2 flush), which the outside clock allows for, and a copy into
         the slots (`copy_s`), which a checked call's copy is held to."""
-        import time
-
         import torch
 
         from kfray.eval.suite.common import WARM_SPIN_S, flush_l2
