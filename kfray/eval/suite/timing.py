@@ -36,7 +36,8 @@ class Clock:
     def samples(self, call: Callable[[], Any], warmup: int, trials: int, before: Callable[[], Any] | None = None,
                 budget_s: float = 0.0, in_runner: bool = False, pace: float = 0.0) -> list[float]:
         """With `in_runner` the call runs in another process (a runner), which flushes L2 on its own
-        stream before each call: the judge's flush, in another CUDA context, is left out. With `pace`, each
+        stream before each call and times it with its own events: the judge's flush and events, in
+        another CUDA context, are left out (the samples are 0; the caller reads the runner's). With `pace`, each
         call starts that many seconds after the last one began (sleeping the rest): the reference's
         calls keep the candidate's cadence, whose every call waits on the wire. The cadence of
         these calls (median start to start) is left in `period`."""
@@ -70,9 +71,12 @@ class Clock:
             if before:
                 before()
             self.backend.synchronize()
-            if not in_runner:
+            if in_runner:                 # timed by the runner's own events (the wire's log): no events
+                call()                    # of the judge's context between its calls
+                out.append(0.0)
+            else:
                 self.flush()
-            out.append(self.backend.time_call(call))
+                out.append(self.backend.time_call(call))
             if budget_s and len(out) >= 5 and time.perf_counter() - start > budget_s:
                 break                     # a slow problem: enough samples for a mean
         self.period = float(np.median(np.diff(starts))) if len(starts) > 1 else 0.0
