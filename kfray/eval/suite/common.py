@@ -117,6 +117,15 @@ def pieces(a, b):
         yield a[i:i + CHUNK_ELEMS], b[i:i + CHUNK_ELEMS]
 
 
+def same(x, y) -> bool:
+    """Alike element for element (NaN is never alike): close under any tolerance. One pass and no
+    temporaries, where allclose makes several of the tensors' size (145 ms against 8 ms for 16M
+    floats on 2 cores): a kernel's output often equals the reference's bit for bit."""
+    import torch
+
+    return x.dtype == y.dtype and torch.equal(x, y)
+
+
 def all_close(a, b, rtol: float, atol: float, nan_to_num: bool = False, double: bool = False,
               equal_nan: bool = False) -> bool:
     """torch.allclose(a, b) over tensors of one shape, piece by piece (optionally of
@@ -124,6 +133,8 @@ def all_close(a, b, rtol: float, atol: float, nan_to_num: bool = False, double: 
     import torch
 
     for x, y in pieces(a, b):
+        if same(x, y):
+            continue
         if double:
             x, y = x.double(), y.double()
         if nan_to_num:
@@ -138,6 +149,8 @@ def max_diff(a, b) -> float:
 
     worst = 0.0
     for x, y in pieces(a, b):
+        if same(x, y):
+            continue
         d = torch.nan_to_num((x.double() - y.double()).abs(), nan=float("inf"))
         worst = max(worst, float(d.max()))
     return worst
