@@ -128,14 +128,16 @@ def test_island_killed_mid_run_comes_back_with_its_archive(ray_local, tmp_path, 
 
 
 def _driver(run_dir: Path, budget: int, cache) -> subprocess.Popen:
-    """`kfray run` on axpb in its own process group (the driver and the Ray instance it starts)."""
+    """`kfray run` on axpb in its own process group (the driver and the Ray instance it starts), ended
+    by its budget: the CLI's default time limit (45 s from each start) cut a resume on a loaded
+    machine short of the budget these tests check."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "KFRAY_CACHE": str(cache)}
     env.pop("RAY_ADDRESS", None)
     return subprocess.Popen(
         [sys.executable, "-m", "kfray.cli", "run", "--task", "axpb", "--quiet", "--run-dir", str(run_dir),
          "--set", "search.islands=2", "--set", f"search.budget={budget}", "--set", "eval.evaluators=2",
          "--set", "eval.tune_budget=0", "--set", "eval.backend=sim", "--set", "eval.simulate_s=0.3", "--set", "search.retime_top=0",
-         "--set", f"eval.cache_dir={cache}"],
+         "--set", "search.time_limit_s=0", "--set", f"eval.cache_dir={cache}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=str(ROOT), start_new_session=True)
 
 
