@@ -4,7 +4,7 @@
 #   level1   the level-1 reference sweep under py-spy (non-blocking samples: where the judge's time goes)
 #   level2   the level-2 sweep, then robust-kbench's tasks whose reference kfray flagged, then the GPU memory tests
 #   level3   the level-3 sweep
-#   quick    one short call where device time is short: two level-1 problems of 8 GiB a side (the
+#   quick    one short call where device time is short: four level-1 problems of up to 8 GiB a side (the
 #            copies skipped), one level-2 problem, robust-kbench's four flagged tasks, the memory tests
 set -u
 what=$1
@@ -29,7 +29,7 @@ case $what in
   level3)
     sweep 3 > "$out/level3.log" 2>&1; tail -5 "$out/level3.log" ;;
   quick)
-    python scripts/reference_sweep.py --kernelbench $KB --levels 1 --tasks 38_L1Norm,39_L2Norm --out "$out/q1.json" > "$out/q1.log" 2>&1
+    python scripts/reference_sweep.py --kernelbench $KB --levels 1 --tasks 38_L1Norm,39_L2Norm,19_ReLU,23_Softmax --out "$out/q1.json" > "$out/q1.log" 2>&1
     tail -4 "$out/q1.log"
     python scripts/reference_sweep.py --kernelbench $KB --levels 2 --tasks 40_Matmul_Scaling --out "$out/q2.json" > "$out/q2.log" 2>&1
     tail -4 "$out/q2.log"
