@@ -90,6 +90,31 @@ def test_comparisons_piece_by_piece_say_what_whole_tensor_ones_say(monkeypatch):
     assert common.changed([want.clone()], [want], ["input 0"]) is None
 
 
+def test_outputs_equal_to_the_references_bit_for_bit_are_judged_as_allclose_judges_them(monkeypatch):
+    """The comparisons skip allclose for pieces equal element for element; what they say must not
+    change: NaN is never alike (unless the rule says equal_nan), -0.0 is 0.0, and a piece that
+    differs is still found when the others are equal."""
+    import torch
+
+    from kfray.eval.suite import common
+
+    monkeypatch.setattr(common, "CHUNK_ELEMS", 8)
+    want = torch.randn(4, 10)
+    assert common.all_close(want, want.clone(), 0.0, 0.0) and common.max_diff(want, want.clone()) == 0.0
+    zero = torch.zeros(3)
+    assert common.all_close(zero, -zero, 0.0, 0.0)
+    nan = want.clone()
+    nan.view(-1)[3] = float("nan")
+    assert not common.all_close(nan, nan.clone(), 1.0, 1.0)
+    assert common.all_close(nan, nan.clone(), 1.0, 1.0, equal_nan=True)
+    assert common.max_diff(nan, nan.clone()) == float("inf")
+    off = want.clone()
+    off.view(-1)[-1] += 1.0                          # the last piece differs, the others are equal
+    assert not common.all_close(want, off, 1e-4, 1e-4)
+    assert "1 of 40 elements" in common.allclose_reason(want, off, 1e-4, 1e-4, "output 0")
+    assert abs(common.max_diff(want, off) - 1.0) < 1e-6
+
+
 def test_a_modelnew_file_gets_kernelbenchs_verdict_and_both_figures(tmp_path, cache):
     res, backend = _verify(RELU, _modelnew(tmp_path, "right"), cache)
     assert backend == "torch_ext_cpu"
