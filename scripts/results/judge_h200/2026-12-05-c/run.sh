@@ -28,6 +28,12 @@ case $what in
     tail -3 "$out/gpu_tests.txt" ;;
   level3)
     sweep 3 > "$out/level3.log" 2>&1; tail -5 "$out/level3.log" ;;
+  tiny)          # the quick call's first two parts only, where less than 300 s is left
+    python scripts/reference_sweep.py --kernelbench $KB --levels 1 --tasks 38_L1Norm,39_L2Norm,19_ReLU,23_Softmax --out "$out/q1.json" > "$out/q1.log" 2>&1
+    tail -4 "$out/q1.log"
+    python scripts/reference_sweep.py --rkb kb_full/rkb --set eval.suite_time_budget_s=1 \
+      --tasks task_11,task_23,task_97,task_85 --out "$out/rkb_flagged.json" > "$out/rkb_flagged.log" 2>&1
+    tail -4 "$out/rkb_flagged.log" ;;
   quick)
     python scripts/reference_sweep.py --kernelbench $KB --levels 1 --tasks 38_L1Norm,39_L2Norm,19_ReLU,23_Softmax --out "$out/q1.json" > "$out/q1.log" 2>&1
     tail -4 "$out/q1.log"
