@@ -198,9 +198,9 @@ def changed(ts: list, snaps: list, names: list[str]) -> str | None:
         if t.shape != s.shape or t.dtype != s.dtype:
             return n
         for a, b in pieces(t, s):
-            same = torch.equal(a, b) or (a.is_floating_point() and torch.equal(torch.isnan(a), torch.isnan(b))
-                                         and torch.equal(torch.nan_to_num(a), torch.nan_to_num(b)))
-            if not same:
+            alike = same(a, b) or (a.is_floating_point() and torch.equal(torch.isnan(a), torch.isnan(b))
+                                   and torch.equal(torch.nan_to_num(a), torch.nan_to_num(b)))
+            if not alike:
                 return n
     return None
 
