@@ -1,6 +1,8 @@
 """SEARCH/REPLACE edits (pure), the per-endpoint slot bookkeeping (pure), and the prompt budget."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from kfray.candidate import Candidate, EvalResult
@@ -117,6 +119,30 @@ def test_slots_serve_the_earliest_batch_first_then_arrival():
     assert s.try_take("c2", now=1.0 + LINGER_S / 2 + 0.01, rank=2.0)
     s.release("c2", now=2.0)
     assert not s.try_take("d", now=2.0 + LINGER_S / 2) and s.try_take("d", now=2.0 + LINGER_S)
+
+
+def test_a_request_outside_a_batch_frees_its_slot_at_once_and_a_batchs_lingers(monkeypatch):
+    """EndpointSlots without Ray (a script's proposer): a request sent with no batch rank gives its
+    slot straight back, so the caller's next request or another waiter is not held LINGER_S; a
+    request of a batch keeps the slot for that batch's next one."""
+    import ray
+
+    from kfray.proposers.slots import EndpointSlots, LocalSlots
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)     # the process-wide slots, whatever else runs
+    ep = EndpointSlots("http://127.0.0.1:1/v1-slots-test", 1)
+    local = ep._backend()
+    assert isinstance(local, LocalSlots)
+    with ep.hold("alone"):
+        assert not local.slots.try_take("waiter", time.monotonic(), rank=time.time() + 60)
+    assert local.slots.linger is None
+    assert local.slots.try_take("waiter", time.monotonic())       # free now, to any waiter
+    local.release("waiter")
+    with ep.hold("batch-1", rank=5.0):
+        pass
+    assert local.slots.linger is not None and local.slots.linger[0] == 5.0
+    assert not local.slots.try_take("later-batch", time.monotonic(), rank=6.0)
+    assert local.slots.try_take("batch-2", time.monotonic(), rank=5.0)
 
 
 def test_fit_keeps_essentials_and_drops_by_priority():

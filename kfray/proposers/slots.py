@@ -172,8 +172,8 @@ class SlotsActor:
     def renew(self, holder: str, lease_s: float = LEASE_S) -> bool:
         return self.slots.renew(holder, time.monotonic(), lease_s)
 
-    def release(self, holder: str) -> None:
-        self.slots.release(holder, time.monotonic())
+    def release(self, holder: str, linger: bool = True) -> None:
+        self.slots.release(holder, time.monotonic() if linger else None)
 
     def stats(self) -> dict:
         return self.slots.stats()
@@ -198,9 +198,9 @@ class LocalSlots:
         with self._lock:
             return self.slots.renew(holder, time.monotonic(), lease_s)
 
-    def release(self, holder: str) -> None:
+    def release(self, holder: str, linger: bool = True) -> None:
         with self._lock:
-            self.slots.release(holder, time.monotonic())
+            self.slots.release(holder, time.monotonic() if linger else None)
 
     def stats(self) -> dict:
         with self._lock:
@@ -259,7 +259,9 @@ class EndpointSlots:
     def hold(self, holder: str, rank: float | None = None):
         """A slot for `holder` while inside; `rank` orders the waiters, lower first. Ranks are wall
         time (now, where none is given): the callers of one endpoint may be on several machines,
-        and monotonic clocks are not comparable across them."""
+        and monotonic clocks are not comparable across them. Only a request of a batch (a rank
+        given) keeps its slot lingering for the batch's next one: a request of its own has none,
+        and a caller asking one at a time had waited LINGER_S before each of its requests."""
         t0 = time.monotonic()
         self._call("acquire", holder, self.limit, LEASE_S, time.time() if rank is None else rank)
         self.waited_s += time.monotonic() - t0
@@ -279,6 +281,6 @@ class EndpointSlots:
         finally:
             stop.set()
             try:
-                self._call("release", holder)
+                self._call("release", holder, rank is not None)
             except Exception:
                 pass                    # the lease runs out by itself
