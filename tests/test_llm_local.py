@@ -202,6 +202,45 @@ def test_a_missing_header_is_fixed_without_asking_the_model_again(tmp_cache):
         ev.shutdown()
 
 
+def test_with_repair_asks_off_only_the_fix_ups_mend_a_child_and_the_model_is_not_asked_again(tmp_cache):
+    """proposer.repair_asks off (what a one-slot local endpoint gets): a compile error the fix-ups
+    name is mended without the model; what they cannot mend (a missing semicolon), a wrong value,
+    and a fixed child that fails again are dropped, not sent back: one request in all."""
+    from kfray.eval.evaluator import Evaluator
+
+    slip = "```cpp\n" + AXPB.replace("a * x[i] + b;", "std::fma(a, x[i], b)") + "```"    # <cmath> and ';' missing
+    ev = Evaluator("cpu", EvalConfig(tune_budget=0, trials=1, repeats=1, min_time_s=0.0, warmup=0))
+    try:
+        with ScriptedServer([slip], serial=True) as srv:
+            isl = Island(0, "axpb", "cpp", SearchConfig(islands=1, batch=1),
+                         LLMProposer(_cfg(srv, edit_mode="rewrite", repair=True, repair_asks=False)))
+            seed = Candidate(task="axpb", language="cpp", source=AXPB, origin="seed:plain")
+            isl.seed([(seed, EvalResult.from_dict(ev.evaluate(seed)))])
+            child, = isl.propose(1)
+            res = EvalResult.from_dict(ev.evaluate(child))
+            assert res.tier == 1 and "fma" in res.reason, res.reason
+            isl.ingest([(child, res)])
+            auto, = isl.propose(0)
+            assert auto.origin == "llm+fix" and "#include <cmath>" in auto.source
+            again = EvalResult.from_dict(ev.evaluate(auto))
+            assert again.tier == 1 and "expected" in again.reason, again.reason
+            isl.ingest([(auto, again)])
+            assert isl.repairs == [] and isl.propose(0) == []      # the fixed child's new error: not asked
+            semicolon = isl.describe(Candidate(task="axpb", language="cpp", origin="llm:local-model",
+                                               source=auto.source, parent_id=seed.id))
+            isl._parents[semicolon.id] = (seed.id, 1.0, None, semicolon.origin)
+            isl.ingest([(semicolon, again)])                       # a compile error no fix-up names
+            assert len(isl.repairs) == 1 and isl.propose(0) == [] and isl.repairs == []
+            wrong = isl.describe(Candidate(task="axpb", language="cpp", origin="llm:local-model",
+                                           source=AXPB.replace("+ b", "- b"), parent_id=seed.id))
+            isl._parents[wrong.id] = (seed.id, 1.0, None, wrong.origin)
+            isl.ingest([(wrong, EvalResult(candidate_id=wrong.id, tier=4, reason="max abs error 1.0"))])
+            assert isl.repairs == []
+            assert len(srv.requests) == 1
+    finally:
+        ev.shutdown()
+
+
 def test_repair_only_once_and_off_switch():
     wrong = EvalResult(candidate_id="x", tier=4, reason="max abs error 1.0")
     with ScriptedServer([ANSWER]) as srv:
@@ -338,7 +377,8 @@ def test_a_run_on_a_one_at_a_time_server(ray_local, tmp_path, tmp_cache):
                                  f"eval.cache_dir={tmp_cache}", "proposer.kind=llm", "proposer.model=local",
                                  f"proposer.base_url={srv.base_url}", "proposer.api_key_env=KFRAY_TEST_NO_KEY",
                                  "proposer.timeout_s=1.0", "proposer.max_retries=2", "proposer.edit_mode=rewrite",
-                                 "search.near_duplicate=0", "prompts.evolve_every=1000"])
+                                 "search.near_duplicate=0", "prompts.evolve_every=1000",
+                                 "proposer.repair_asks=true"])      # repairs asked, though the endpoint is local
         out = run_search(cfg, tmp_path / "run", progress=False)
         assert srv.max_in_flight == 1 and srv.dropped == 0
         n_requests = len(srv.requests)
@@ -399,6 +439,9 @@ def test_a_local_one_slot_endpoint_gets_islands_and_batch_that_keep_it_busy():
     assert "proposer.edit_mode=rewrite" in line and "search.migrate_every=1" in line
     assert cfg.prompts.evolve_every == 12 and "prompts.evolve_every=12" in line   # fewer requests that evaluate nothing
     assert cfg.proposer.prompt_tokens == 1500 and "proposer.prompt_tokens=1500" in line   # less to read per answer
+    assert not cfg.proposer.repair_asks and "proposer.repair_asks=false" in line   # fix-ups only, no repair request
+    asks = load_config(None, local + ["proposer.repair_asks=true"])
+    assert "repair_asks" not in fit_to_endpoint(asks) and asks.proposer.repair_asks
     diff = load_config(None, local + ["proposer.edit_mode=diff"])
     assert "edit_mode" not in fit_to_endpoint(diff) and diff.proposer.edit_mode == "diff"
     mine = load_config(None, local + ["search.batch=3", "proposer.prompt_tokens=3000"])   # what the user set stays

@@ -126,9 +126,13 @@ class Island:
         self._stop_keys.add(source_hash(c.source, c.params) if c.source.strip() else c.id)
         return self.describe(c)
 
-    def _fix(self, cand: Candidate, res: EvalResult, book: tuple) -> Candidate:
-        """A fix of a failed child (kfray.search.repair), judged against the failed child's parent."""
-        child = self.describe(repair.fix_or_ask(self, cand, res))
+    def _fix(self, cand: Candidate, res: EvalResult, book: tuple) -> Candidate | None:
+        """A fix of a failed child (kfray.search.repair), judged against the failed child's parent;
+        None where no fix-up applies and the model is not asked."""
+        fixed = repair.fix_or_ask(self, cand, res)
+        if fixed is None:
+            return None
+        child = self.describe(fixed)
         child.task = self.task_ref
         if child.source.strip():
             self.seen.add(key := source_hash(child.source, child.params))
@@ -142,7 +146,8 @@ class Island:
         out = []
         self.proposer.begin_batch()
         while self.repairs and not self.proposer.exhausted:
-            out.append(self._fix(*self.repairs.pop(0)))
+            if (child := self._fix(*self.repairs.pop(0))) is not None:
+                out.append(child)
         for _ in range(n):
             if self.proposer.exhausted:
                 self.exhausted = True
