@@ -126,12 +126,8 @@ class Island:
         self._stop_keys.add(source_hash(c.source, c.params) if c.source.strip() else c.id)
         return self.describe(c)
 
-    def _fix(self, cand: Candidate, res: EvalResult, book: tuple) -> Candidate | None:
-        """A fix of a failed child (kfray.search.repair), judged against the failed child's parent;
-        None where no fix-up applies and the model is not asked."""
-        fixed = repair.fix_or_ask(self, cand, res)
-        if fixed is None:
-            return None
+    def add_fix(self, fixed: Candidate, book: tuple) -> Candidate:
+        """A fix of a failed child (kfray.search.repair.due), judged against the failed child's parent."""
         child = self.describe(fixed)
         child.task = self.task_ref
         if child.source.strip():
@@ -143,11 +139,8 @@ class Island:
     def propose(self, n: int, meta_prompt: Callable[[], MetaPrompt | None] = lambda: None) -> list[Candidate]:
         """n children of parents drawn from this island's archive (fewer once the proposer is exhausted),
         after the repairs of failed children, which the budget does not count again."""
-        out = []
         self.proposer.begin_batch()
-        while self.repairs and not self.proposer.exhausted:
-            if (child := self._fix(*self.repairs.pop(0))) is not None:
-                out.append(child)
+        out = repair.due(self)
         for _ in range(n):
             if self.proposer.exhausted:
                 self.exhausted = True

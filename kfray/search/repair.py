@@ -39,6 +39,19 @@ def wants_repair(proposer, cand: Candidate, res: EvalResult, origin: str, queued
             and TIER_COMPILE_ERROR <= res.tier < TIER_CORRECT and queued < MAX_QUEUED)
 
 
+def due(island) -> list[Candidate]:
+    """The fixes of the island's queued failed children while its proposer has budget, each
+    registered by the island against the failed child's parent; none for a failure that no fix-up
+    mends where the model is not asked."""
+    out = []
+    while island.repairs and not island.proposer.exhausted:
+        cand, res, book = island.repairs.pop(0)
+        fixed = fix_or_ask(island, cand, res)
+        if fixed is not None:
+            out.append(island.add_fix(fixed, book))
+    return out
+
+
 def fix_or_ask(island, cand: Candidate, res: EvalResult) -> Candidate | None:
     """The failed child fixed without the model where its compiler message says exactly how (not a
     second time), else the model's repair; None where no fix-up applies and the model is not asked
