@@ -176,6 +176,16 @@ def test_diff_child_fails_then_repair_compiles(tmp_cache):
         assert rec["origin"] == "llm:repair" and rec["parent_id"] == seed.id and not isl.repairs
 
 
+def _seeded_island(srv, ev, **cfg) -> tuple:
+    """An axpb island whose whole-file proposer asks `srv` and repairs, seeded with AXPB as `ev`
+    judged it; and that seed."""
+    isl = Island(0, "axpb", "cpp", SearchConfig(islands=1, batch=1),
+                 LLMProposer(_cfg(srv, edit_mode="rewrite", repair=True, **cfg)))
+    seed = Candidate(task="axpb", language="cpp", source=AXPB, origin="seed:plain")
+    isl.seed([(seed, EvalResult.from_dict(ev.evaluate(seed)))])
+    return isl, seed
+
+
 def test_a_missing_header_is_fixed_without_asking_the_model_again(tmp_cache):
     """The slip a 1.5B model makes most: std::min without <algorithm>. The compiler names it, the
     fix-up adds the header, and the child is correct with one request to the model in all."""
@@ -185,10 +195,7 @@ def test_a_missing_header_is_fixed_without_asking_the_model_again(tmp_cache):
     ev = Evaluator("cpu", EvalConfig(tune_budget=0, trials=1, repeats=1, min_time_s=0.0, warmup=0))
     try:
         with ScriptedServer([slip], serial=True) as srv:
-            isl = Island(0, "axpb", "cpp", SearchConfig(islands=1, batch=1),
-                         LLMProposer(_cfg(srv, edit_mode="rewrite", repair=True)))
-            seed = Candidate(task="axpb", language="cpp", source=AXPB, origin="seed:plain")
-            isl.seed([(seed, EvalResult.from_dict(ev.evaluate(seed)))])
+            isl, _ = _seeded_island(srv, ev)
             child, = isl.propose(1)
             res = EvalResult.from_dict(ev.evaluate(child))
             assert res.tier == 1 and "min" in res.reason, res.reason
@@ -212,10 +219,7 @@ def test_with_repair_asks_off_only_the_fix_ups_mend_a_child_and_the_model_is_not
     ev = Evaluator("cpu", EvalConfig(tune_budget=0, trials=1, repeats=1, min_time_s=0.0, warmup=0))
     try:
         with ScriptedServer([slip], serial=True) as srv:
-            isl = Island(0, "axpb", "cpp", SearchConfig(islands=1, batch=1),
-                         LLMProposer(_cfg(srv, edit_mode="rewrite", repair=True, repair_asks=False)))
-            seed = Candidate(task="axpb", language="cpp", source=AXPB, origin="seed:plain")
-            isl.seed([(seed, EvalResult.from_dict(ev.evaluate(seed)))])
+            isl, seed = _seeded_island(srv, ev, repair_asks=False)
             child, = isl.propose(1)
             res = EvalResult.from_dict(ev.evaluate(child))
             assert res.tier == 1 and "fma" in res.reason, res.reason
