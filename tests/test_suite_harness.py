@@ -130,6 +130,63 @@ def test_a_modelnew_file_gets_kernelbenchs_verdict_and_both_figures(tmp_path, ca
     assert row["samples"] == 10
     # the judge checked timed calls (at random, and the last), each copied after it had answered
     assert 1 <= row["checked_calls"] <= 10 + 3 and row["copy_ms"] > 0, row      # 10 timed, 2 warm-up, the last again
+    # both sides timed in four alternating blocks (3, 3, 2, 2 calls); the blocks make up the means
+    sizes = [3, 3, 2, 2]
+    assert len(row["blocks_ms"]) == 4, row
+    for side, key in ((0, "mean_ms"), (1, "ref_mean_ms")):
+        whole = sum(n * b[side] for n, b in zip(sizes, row["blocks_ms"])) / 10
+        assert abs(whole - row[key]) <= 1e-3 * row[key] + 1e-5, (side, row)
+
+
+class _DriftingSide:
+    """A side whose every call takes a little longer than the call before it, on either side: a
+    host that slows down steadily while both sides are timed. Records the order of the blocks."""
+    clock_calls = [0]
+
+    def __init__(self, judge, clock, case, seed, side):
+        self.side, self.clock, self.order = side, clock, judge.order
+        self.input_bytes, self.backward_remote = 1024, False
+
+    def run(self, warmup, trials, budget_s, pace=0.0):
+        self.order.append((self.side, trials))
+        self.clock.warmed, self.clock.period = warmup, 1e-3
+        out = []
+        for _ in range(warmup + trials):
+            self.clock_calls[0] += 1
+            out.append(1e-3 * (1 + 0.01 * self.clock_calls[0]))
+        return out[warmup:]
+
+    def result(self):
+        return None, None, None
+
+    def drop(self):
+        pass
+
+
+@pytest.mark.parametrize("rounds", [1, 4])
+def test_a_steady_slowdown_falls_on_both_sides_when_their_blocks_alternate(monkeypatch, rounds):
+    """Each side's calls in blocks, the sides alternating kernel, reference, reference, kernel: a
+    host that slows down steadily during the timing charges both sides alike. In one block a
+    side (the control) the side timed second reads slower by the whole drift."""
+    import types
+
+    from kfray.eval.suite import timing
+
+    monkeypatch.setattr(timing, "SideTimer", _DriftingSide)
+    _DriftingSide.clock_calls[0] = 0
+    judge = types.SimpleNamespace(order=[], spec=None, memory=types.SimpleNamespace(settle=lambda step: None))
+    clock = types.SimpleNamespace(warmed=0, period=0.0)
+    case = types.SimpleNamespace(name="default")
+    ts_new, ts_ref, blocks, _ = timing.time_both(judge, clock, case, 42, True, 3, 100, 0.0, rounds, True)
+    assert len(ts_new) == len(ts_ref) == 100
+    ratio = float(np.mean(ts_ref)) / float(np.mean(ts_new))
+    if rounds == 4:
+        assert judge.order == [("new", 25), ("ref", 25), ("ref", 25), ("new", 25),
+                               ("new", 25), ("ref", 25), ("ref", 25), ("new", 25)]
+        assert len(blocks) == 4 and abs(ratio - 1) < 0.02, ratio
+    else:
+        assert judge.order == [("new", 100), ("ref", 100)] and not blocks[1:]
+        assert ratio > 1.3, ratio
 
 
 def test_kernelbenchs_published_baseline_gives_a_speedup_against_its_own_time(tmp_path, cache):
@@ -364,7 +421,8 @@ def test_timed_backward_calls_share_one_upstream_gradient_however_many_calls_a_s
     from kfray.eval.backends.torch_ext import TorchExtCpuBackend
     from kfray.eval.suite.judge import Judge
     from kfray.eval.suite.runners import RkbRunner
-    from kfray.eval.suite.timing import Clock, time_case
+    from kfray.eval.suite.side_timer import time_case
+    from kfray.eval.suite.timing import Clock
     from kfray.tasks import load_task
 
     spec = load_task(f"rkb:{RKB}#backward").suite
@@ -448,7 +506,8 @@ def test_timed_backward_calls_in_the_runner_share_one_upstream_gradient_too(cach
     gradients are those of the judge's one `g` on the judge's parameters, the reference's own."""
     from kfray.eval.suite.judge import Judge
     from kfray.eval.suite.runners import RkbRunner
-    from kfray.eval.suite.timing import Clock, time_case
+    from kfray.eval.suite.side_timer import time_case
+    from kfray.eval.suite.timing import Clock
     from kfray.tasks import load_task
 
     task = load_task(f"rkb:{RKB}#backward")

@@ -3,23 +3,28 @@ with an L2 flush per trial), kfray's medians beside it, a torch.compile column o
 timed runs' results checked."""
 from __future__ import annotations
 
-import contextlib
 import time
 from typing import Any, Callable
 
 import numpy as np
 
 from kfray.candidate import TIER_WRONG_VALUES
-from kfray.eval.suite.common import (KB_PERF_TRIALS, KB_WARMUP, KERNELBENCH, L2_FLUSH_BYTES, RKB, RKB_PERF_TRIALS,
-                                     RKB_WARMUP, SUITE_NAMES, SUITE_SEED, WARM_SPIN_S, Verdict, allclose_reason,
-                                     flush_l2, gradients, making, outputs, set_seed, tensors, to_device, to_module)
-from kfray.eval.defences import clock_check, copy_check
-from kfray.eval.remote import paused
+from kfray.eval.suite.common import (KB_PERF_TRIALS, KB_WARMUP, KERNELBENCH, RKB, RKB_PERF_TRIALS, RKB_WARMUP,
+                                     SUITE_NAMES, SUITE_SEED, WARM_SPIN_S, Verdict, allclose_reason, flush_l2,
+                                     outputs)
 from kfray.eval.suite.judge import Judge
-
-ROTATION_MAX_BYTES = 4 << 30      # inputs up to this size get a second set for the timed calls to alternate
 from kfray.eval.suite.runners import Case
+from kfray.eval.suite.side_timer import SideTimer, time_case
 from kfray.tasks.suite_spec import SuiteSpec
+
+# Each side's timed calls are split into this many blocks, the two sides' blocks alternating in the
+# order kernel, reference, reference, kernel, ...: a slow stretch of the host (launch-bound models
+# read 0.78x and 1.30x against themselves on an H100 when each side was one block) falls on both
+# sides, and a steady drift cancels. The suite's statistic is unchanged: the mean of the same
+# number of calls a side.
+ROUNDS = 4
+ROUNDS_MAX_BYTES = 1 << 30    # larger inputs: one block a side, so that only one side's sets are alive at once
+LATER_WARMUP = 2              # untimed calls before each later block
 
 
 class Clock:
@@ -83,127 +88,6 @@ class Clock:
         return out
 
 
-def time_case(judge: Judge, clock: Clock, case: Case, seed: int, side: str, warmup: int, trials: int,
-               budget_s: float, compiled: bool = False, pace: float = 0.0) -> tuple[list[float], Any]:
-    """Samples of one side on one configuration, and its last result (to check). `pace`: the
-    reference's calls start this many seconds apart (the candidate's measured cadence)."""
-    import torch
-
-    sp, dev = judge.spec, judge.device
-    candidate = case.remote
-    via = getattr(candidate, "reference", None) if side == "ref" and not compiled else None
-    if via is not None:       # the reference in its own runner, timed as the candidate is in its own
-        case, side = via.case_for(case), "new"
-    with making(sp, dev):
-        set_seed(seed)
-        xs = to_device(case.make_inputs(), dev)
-        if side == "new":
-            xs = case.prepare(xs)
-        set_seed(seed)
-        model = to_module(case.make_new() if side == "new" else case.make_ref(), dev)
-    remote = case.remote if side == "new" and not compiled else None
-    if remote is not None and sp.direction == "backward":     # autograd through the kernel, in its runner
-        from kfray.eval.suite.backward_side import time_backward
-
-        return time_backward(judge, clock, case, model, xs, seed, warmup, trials, budget_s)
-    if remote is not None:           # a second input set of other values, timed calls alternate
-        rotation = [xs]
-        if sum(t.numel() * t.element_size() for t in tensors(xs)) <= ROTATION_MAX_BYTES:
-            with making(sp, dev):
-                set_seed(seed + 1)
-                rotation.append(case.prepare(to_device(case.make_inputs(), dev)))
-        remote.rotation = rotation
-        remote.check = None
-    if remote is not None and via is None:       # the reference's own runner is not checked: it is the reference
-        with torch.no_grad(), making(sp, dev):   # the reference's result on each set: timed calls kept at
-            set_seed(seed)                       # random are checked against it at once, nothing stored
-            ref_model = to_module(case.make_ref(), dev)
-            refs = [[o.detach() for o in outputs(case.call_ref(ref_model, s), "the reference")] for s in rotation]
-            again = outputs(case.call_ref(ref_model, rotation[0]), "the reference")
-            del ref_model
-        judge.sync()
-        # A reference that draws random numbers (dropout in training mode) gives each call its
-        # own result: timed calls, which run unseeded, cannot be checked against it.
-        steady = len(again) == len(refs[0]) and not any(
-            allclose_reason(w, g, sp.rtol, sp.atol, "output") for w, g in zip(refs[0], again))
-        remote.check = (lambda idx, outs: judge.check_timed_call(case.name, idx, refs[idx], outs)) if steady else None
-    # The candidate's every call waits on the wire; the reference's calls keep its cadence (`pace`,
-    # the candidate's median start-to-start period, measured just before), so that neither side's
-    # timing has idle gaps the other lacks: on the H200 a 2 ms idle before each call slowed a 54 us
-    # KernelBench problem to 80 us. Meanwhile the candidate's processes are stopped
-    # (kfray.eval.remote.paused).
-    hold = contextlib.nullcontext()
-    if via is not None:                   # the candidate's processes stopped, the reference's runner not
-        hold, pace = paused(candidate, spare=(via.runner.pid,)), 0.0
-    elif side == "ref" and case.remote is not None:
-        if not pace:                      # no cadence measured: at least the wire's round trip
-            pace = case.remote.runner.round_trip[0]
-        hold = paused(case.remote)
-    else:
-        pace = 0.0
-    call_side = case.call_new if side == "new" else case.call_ref
-    if compiled:
-        call_side = compiled_reference(case, sp)
-    last: list = [None]
-    if sp.direction == "backward":
-        state: dict = {}
-
-        def before():
-            model.zero_grad()
-            for x in tensors(xs):         # inputs' grads too: every timed backward starts alike
-                x.grad = None
-            with torch.enable_grad():
-                state["out"] = call_side(model, xs)
-            # The same upstream gradient on every call and on both sides, however many calls each
-            # side made: the last timed calls' gradients are compared (check_timed). Drawn from the
-            # shared generator, two sides that timed unlike numbers of calls had different ones.
-            set_seed(seed)
-            state["g"] = torch.randn_like(state["out"])
-
-        def call():
-            state["out"].backward(state["g"])
-
-        with hold:
-            ts = clock.samples(call, warmup, trials, before, budget_s, pace=pace)
-        last[0] = gradients(model, xs)
-    else:
-        # The candidate's runner calls the kernel on fresh clones of the inputs, made just before
-        # the flush; the paced reference does the same. The clone's GPU work matters, not only its
-        # memory: on the H200 a call that followed an idle GPU read 0.5-1.7 % slower than one that
-        # followed a clone (level-1 references measured 1.012x against themselves without it).
-        fresh = [xs] if side == "ref" and case.remote is not None and not compiled else None
-
-        def clone_inputs():
-            fresh[0] = [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
-
-        def call():
-            last[0] = None                 # one output alive at a time: full-size problems are large
-            last[0] = call_side(model, fresh[0] if fresh else xs)
-
-        with torch.no_grad():
-            if remote is None:
-                with hold:
-                    ts = clock.samples(call, warmup, trials, clone_inputs if fresh else None, budget_s, pace=pace)
-            else:                 # the runner's own times, held against the judge's clock
-                log = remote.start_timing(trials, L2_FLUSH_BYTES if clock.flush_l2 else 0)
-                try:
-                    with hold:
-                        ts = clock.samples(call, warmup, trials, None, budget_s, in_runner=True)
-                    if last[0] is not None and remote.check is not None:   # the last call's, on its own set
-                        remote.check(remote.last_idx, remote.kept_outputs())
-                finally:
-                    remote.stop_timing()
-                last[0] = None
-                pairs = log[-len(ts):]
-                quiet = remote.runner.quiet_round_trip()
-                why = clock_check(pairs, quiet, remote.overhead) or copy_check(remote.copies, remote.copy_s, quiet)
-                if why:
-                    whose = "the reference's runner (the kernel may have tampered with it): " if via else ""
-                    judge.flags.append(f"configuration {case.name}: {whose}{why}")
-                ts = [c for _, c, _ in pairs]
-    return ts, (model, xs, last[0])
-
-
 def compiled_reference(case: Case, spec: SuiteSpec):
     """torch.compile(mode="max-autotune") of the reference, as robust-kbench's torch_eval builds it
     (of forward_fn) and KernelBench's ref timing does (of the model)."""
@@ -243,27 +127,17 @@ def measure(backend, judge: Judge, cases: list[Case], job: dict) -> dict:
     warmup = KB_WARMUP if kb else RKB_WARMUP
     warmup = min(warmup, max(1, trials // 4))
     budget = float(job.get("suite_time_budget_s") or 0.0)
+    rounds = max(1, int(job.get("suite_rounds") or ROUNDS))
     clock = Clock(backend, flush_l2=kb)
     seed = SUITE_SEED
     remote = cases[0].remote if cases else None
     via = remote.reference_ready() if hasattr(remote, "reference_ready") else None   # loaded before any timing
     times, ref_times, per_shape, spreads = {}, {}, {}, []
     means_new, means_ref, means_cmp, cmp_note = [], [], [], ""
+    pace_on = job.get("suite_ref_pace", True)
     for case in cases:
-        ts_new, (m_new, xs_new, last_new) = time_case(judge, clock, case, seed, "new", warmup, trials, budget)
-        del m_new, xs_new                  # the reference makes the same inputs again from the seed
-        judge.memory.settle(f"{case.name}: kernel timed")
-        period_new = clock.period
-        pace = period_new if job.get("suite_ref_pace", True) else 0.0
-        if kb:        # one model pair for every trial: the same calls on both sides keep their state alike
-            ts_ref, (m_ref, xs_ref, last_ref) = time_case(judge, clock, case, seed, "ref", clock.warmed, len(ts_new),
-                                                          0.0, pace=pace)
-        else:
-            ts_ref, (m_ref, xs_ref, last_ref) = time_case(judge, clock, case, seed, "ref", warmup, trials, budget,
-                                                          pace=pace)
-        check_timed(judge, case, last_new, last_ref, m_ref)
-        del m_ref, xs_ref, last_new, last_ref
-        judge.memory.settle(f"{case.name}: reference timed")
+        ts_new, ts_ref, blocks, periods = time_both(judge, clock, case, seed, kb, warmup, trials, budget, rounds,
+                                                    pace_on)
         s_new, s_ref = stats(ts_new), stats(ts_ref)
         times[case.name], ref_times[case.name] = s_new["median"], s_ref["median"]
         spreads.append(s_new["iqr"] / s_new["median"] if s_new["median"] > 0 else 0.0)
@@ -271,12 +145,15 @@ def measure(backend, judge: Judge, cases: list[Case], job: dict) -> dict:
         means_ref.append(s_ref["mean"])
         row = {"mean_ms": s_new["mean"] * 1e3, "ref_mean_ms": s_ref["mean"] * 1e3, "samples": s_new["samples"],
                "median_ms": s_new["median"] * 1e3, "ref_median_ms": s_ref["median"] * 1e3,
-               "period_ms": period_new * 1e3, "ref_period_ms": clock.period * 1e3}
+               "period_ms": periods[0] * 1e3, "ref_period_ms": periods[1] * 1e3}
+        if len(blocks) > 1:   # each block's mean, kernel and reference: where the two sides drifted apart
+            row["blocks_ms"] = [[round(a * 1e3, 5), round(b * 1e3, 5)] for a, b in blocks]
         copies = getattr(case.remote, "copies", None) or []
         if copies:            # the timed calls the judge checked, and their copies' round trips
             row["checked_calls"], row["copy_ms"] = len(copies), float(np.median(copies)) * 1e3
         if job.get("torch_compile") and not cmp_note:
             try:
+                pace = periods[0] if pace_on else 0.0
                 ts_c, _ = time_case(judge, clock, case, seed, "ref", warmup, trials, budget, compiled=True, pace=pace)
                 means_cmp.append(stats(ts_c)["mean"])
                 row["compile_mean_ms"] = means_cmp[-1] * 1e3
@@ -289,7 +166,8 @@ def measure(backend, judge: Judge, cases: list[Case], job: dict) -> dict:
              "avg_mean_ms": avg_new * 1e3, "ref_avg_mean_ms": avg_ref * 1e3,
              "speedup": avg_ref / avg_new if avg_new > 0 else 0.0, "configs": len(cases),
              "rtol": spec.rtol, "atol": spec.atol,
-             "reference_timed": "in a runner of its own" if via is not None else "in the judge"}
+             "reference_timed": "in a runner of its own" if via is not None else "in the judge",
+             "blocks": f"up to {rounds} a side, alternating, for inputs up to {ROUNDS_MAX_BYTES >> 20} MiB"}
     if getattr(remote, "reference_note", ""):
         suite["reference_note"] = remote.reference_note
     if means_cmp and len(means_cmp) == len(cases):
@@ -299,6 +177,71 @@ def measure(backend, judge: Judge, cases: list[Case], job: dict) -> dict:
         suite["compile_note"] = cmp_note
     return {"times": times, "ref_times": ref_times, "per_shape": per_shape, "suite": suite,
             "noise": float(max(spreads) if spreads else 0.0)}
+
+
+def blocks_of(trials: int, rounds: int) -> list[int]:
+    """`trials` split into `rounds` blocks as even as they go (none empty)."""
+    rounds = max(1, min(rounds, trials))
+    return [trials // rounds + (1 if i < trials % rounds else 0) for i in range(rounds)]
+
+
+def time_both(judge: Judge, clock: Clock, case: Case, seed: int, kb: bool, warmup: int, trials: int,
+              budget: float, rounds: int, pace_on: bool):
+    """Both sides of one configuration: (kernel samples, reference samples, each block pair's means,
+    (kernel period, reference period)). KernelBench's reference makes as many calls as the kernel
+    made, warm-ups too (one model pair for every trial: the same calls keep their state alike);
+    robust-kbench's has its own budget. The timed results are checked at the end (check_timed)."""
+    new = SideTimer(judge, clock, case, seed, "new")
+    if new.input_bytes > ROUNDS_MAX_BYTES or new.backward_remote:
+        rounds = 1
+    ts_new, ts_ref, blocks, p_new, p_ref = [], [], [], [], []
+    ref = None
+    spent_new = spent_ref = 0.0
+
+    def run_new(w: int, n: int) -> list[float]:
+        nonlocal spent_new
+        t0 = time.perf_counter()
+        got = new.run(w, n, max(budget - spent_new, 1e-9) if budget else 0.0)
+        spent_new += time.perf_counter() - t0
+        p_new.append(clock.period)
+        return got
+
+    def run_ref(w: int, n: int) -> list[float]:
+        nonlocal spent_ref
+        pace = float(np.median(p_new)) if pace_on and p_new else 0.0
+        t0 = time.perf_counter()
+        got = ref.run(w, n, 0.0 if kb or not budget else max(budget - spent_ref, 1e-9), pace=pace)
+        spent_ref += time.perf_counter() - t0
+        p_ref.append(clock.period)
+        return got
+
+    sizes = blocks_of(trials, rounds)
+    for r, n in enumerate(sizes):
+        w = warmup if r == 0 else min(warmup, LATER_WARMUP)
+        if r % 2 == 0:                   # kernel first
+            a = run_new(w, n)
+            if ref is None:
+                if rounds == 1:          # one side's sets alive at a time
+                    new.drop()
+                    judge.memory.settle(f"{case.name}: kernel timed")
+                ref = SideTimer(judge, clock, case, seed, "ref")
+            b = run_ref(clock.warmed if kb else w, len(a) if kb else n)
+        else:                            # reference first: a drift within the pair falls on both
+            b = run_ref(w, n)
+            a = run_new(w, len(b) if kb else n)
+        ts_new += a
+        ts_ref += b
+        blocks.append((float(np.mean(a)), float(np.mean(b))))
+        if len(a) < n or (budget and spent_new >= budget):
+            break                        # the budget ran out: a slow problem has its samples
+    _, _, last_new = new.result()
+    m_ref, _, last_ref = ref.result()
+    check_timed(judge, case, last_new, last_ref, m_ref)
+    new.drop()
+    ref.drop()
+    del last_new, last_ref, m_ref
+    judge.memory.settle(f"{case.name}: reference timed")
+    return ts_new, ts_ref, blocks, (float(np.median(p_new)), float(np.median(p_ref)))
 
 
 def peak_memory(backend) -> dict:
