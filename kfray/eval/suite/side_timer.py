@@ -9,7 +9,8 @@ from typing import Any
 
 from kfray.eval.defences import clock_check, copy_check
 from kfray.eval.remote import paused
-from kfray.eval.suite.common import L2_FLUSH_BYTES, allclose_reason, gradients, making, outputs, set_seed, tensors, to_device, to_module
+from kfray.eval.suite.common import (L2_FLUSH_BYTES, RKB, allclose_reason, gradients, making, outputs, set_seed,
+                                     tensors, to_device, to_module)
 
 ROTATION_MAX_BYTES = 4 << 30      # inputs up to this size get a second set for the timed calls to alternate
 
@@ -66,8 +67,6 @@ class SideTimer:
                 self.check = lambda idx, outs: judge.check_timed_call(case.name, idx, refs[idx], outs)
         self.call_side = case.call_new if side == "new" else case.call_ref
         if compiled:
-            from kfray.eval.suite.timing import compiled_reference
-
             self.call_side = compiled_reference(case, sp)
         # The candidate's runner calls the kernel on fresh clones of the inputs, made just before
         # the flush; the paced reference does the same. The clone's GPU work matters, not only its
@@ -169,6 +168,31 @@ class SideTimer:
     def result(self) -> tuple[Any, Any, Any]:
         """(model, inputs, the last timed call's result): what check_timed compares."""
         return self.model, self.xs, self.last[0]
+
+
+def compiled_reference(case, spec):
+    """torch.compile(mode="max-autotune") of the reference, as robust-kbench's torch_eval builds it
+    (of forward_fn) and KernelBench's ref timing does (of the model)."""
+    import torch
+
+    if spec.kind == RKB:
+        fn = None
+
+        def call(m, xs):
+            nonlocal fn
+            if fn is None:
+                import inspect
+                ref_fn = inspect.signature(m.forward).parameters["fn"].default
+                fn = torch.compile(ref_fn, mode="max-autotune")
+            return m(*xs, fn=fn)
+        return call
+    cache: dict = {}
+
+    def call(m, xs):
+        if "m" not in cache:
+            cache["m"] = torch.compile(m, mode="max-autotune")
+        return cache["m"](*xs)
+    return call
 
 
 def time_case(judge, clock, case, seed: int, side: str, warmup: int, trials: int, budget_s: float,

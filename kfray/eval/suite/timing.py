@@ -15,7 +15,6 @@ from kfray.eval.suite.common import (KB_PERF_TRIALS, KB_WARMUP, KERNELBENCH, RKB
 from kfray.eval.suite.judge import Judge
 from kfray.eval.suite.runners import Case
 from kfray.eval.suite.side_timer import SideTimer, time_case
-from kfray.tasks.suite_spec import SuiteSpec
 
 # Each side's timed calls are split into this many blocks, the two sides' blocks alternating in the
 # order kernel, reference, reference, kernel, ...: a slow stretch of the host (launch-bound models
@@ -86,31 +85,6 @@ class Clock:
                 break                     # a slow problem: enough samples for a mean
         self.period = float(np.median(np.diff(starts))) if len(starts) > 1 else 0.0
         return out
-
-
-def compiled_reference(case: Case, spec: SuiteSpec):
-    """torch.compile(mode="max-autotune") of the reference, as robust-kbench's torch_eval builds it
-    (of forward_fn) and KernelBench's ref timing does (of the model)."""
-    import torch
-
-    if spec.kind == RKB:
-        fn = None
-
-        def call(m, xs):
-            nonlocal fn
-            if fn is None:
-                import inspect
-                ref_fn = inspect.signature(m.forward).parameters["fn"].default
-                fn = torch.compile(ref_fn, mode="max-autotune")
-            return m(*xs, fn=fn)
-        return call
-    cache: dict = {}
-
-    def call(m, xs):
-        if "m" not in cache:
-            cache["m"] = torch.compile(m, mode="max-autotune")
-        return cache["m"](*xs)
-    return call
 
 
 def stats(ts: list[float]) -> dict:
