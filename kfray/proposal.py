@@ -49,3 +49,4 @@ class ProposalContext:
     gradient: tuple | None = None     # the QD gradient per dimension (positive: stepping up pays)
     uniform: bool = False             # random search: uniform operators and parameters, no steering
     repair: bool = False              # `parent` failed (compile error, wrong values): fix it, once
+    repeats: int = 0                  # this child's earlier answers repeated kernels already tried

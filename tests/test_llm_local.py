@@ -209,6 +209,38 @@ def test_a_missing_header_is_fixed_without_asking_the_model_again(tmp_cache):
         ev.shutdown()
 
 
+@pytest.mark.parametrize("second", ["changed", "same again"])
+def test_an_answer_that_repeats_a_kernel_is_asked_again_once_saying_so(tmp_cache, second):
+    """A small model often answers with its parent unchanged. That answer is not evaluated; the
+    model is asked once more, its prompt saying the last answer repeated a kernel and its
+    temperature raised. A second repeat ends the asking (it comes back as the known kernel): two
+    requests, not the island's twelve tries, and both repeats are counted in the ledger."""
+    from kfray.eval.evaluator import Evaluator
+    from kfray.prompts.builder import REPEATED
+    from kfray.proposers.models import request_counts
+
+    same = "```cpp\n" + AXPB + "```"
+    changed = "```cpp\n" + AXPB.replace("for (int64_t i", "#pragma omp simd\n    for (int64_t i") + "```"
+    ev = Evaluator("cpu", EvalConfig(tune_budget=0, trials=1, repeats=1, min_time_s=0.0, warmup=0))
+    try:
+        with ScriptedServer([same, changed if second == "changed" else same], serial=True) as srv:
+            isl, seed = _seeded_island(srv, ev, temperature=0.5)
+            child, = isl.propose(1)
+            assert len(srv.requests) == 2, [r["messages"][-1]["content"][:80] for r in srv.requests]
+            first, again = srv.requests
+            assert REPEATED not in first["messages"][-1]["content"]
+            assert REPEATED in again["messages"][-1]["content"]
+            assert first["temperature"] == 0.5 and again["temperature"] > 0.5
+            counts = request_counts(isl.proposer.usage_by_model(), 0)
+            if second == "changed":
+                assert "#pragma omp simd" in child.source and counts["repeats"] == 1
+            else:
+                assert child.source == seed.source and counts["repeats"] == 2
+            assert counts["proposal"] == 2
+    finally:
+        ev.shutdown()
+
+
 def test_with_repair_asks_off_only_the_fix_ups_mend_a_child_and_the_model_is_not_asked_again(tmp_cache):
     """proposer.repair_asks off (what a one-slot local endpoint gets): a compile error the fix-ups
     name is mended without the model; what they cannot mend (a missing semicolon), a wrong value,

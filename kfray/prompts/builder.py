@@ -14,6 +14,8 @@ DIMENSIONS = ("memory", "compute", "parallelism")
 MAX_SOURCE_LINES = 200          # parent / seed source
 MAX_INSPIRATION_LINES = 60
 MAX_PROMPT_CHARS = 24000
+REPEATED = ("Your last answer repeated a kernel that was already tried (the parent unchanged, or one the "
+            "archive holds): this time change the code itself.")
 
 _FENCE = {"cpp": "cpp", "cuda": "cuda", "sycl": "cpp", "opencl": "c", "suite": "cuda"}
 _LANG_NAME = {"cpp": "C++ (CPU, OpenMP allowed)", "cuda": "CUDA C++", "sycl": "SYCL C++",
@@ -189,8 +191,11 @@ def prompt_sections(ctx: ProposalContext, mode: str = "rewrite") -> list[Section
     if ctx.target_cell and not ctx.repair:
         cell = ", ".join(_level(d, lvl) for d, lvl in zip(DIMENSIONS, ctx.target_cell))
         out.append(Section(_section("Target style", f"Aim for a kernel with {cell}."), 2))
-    if ctx.directives and not ctx.repair:
-        out.append(Section(_section("Directives", "\n".join(f"- {d}" for d in ctx.directives)), 1))
+    directives = list(ctx.directives)
+    if ctx.repeats:
+        directives.insert(0, REPEATED)
+    if directives and not ctx.repair:
+        out.append(Section(_section("Directives", "\n".join(f"- {d}" for d in directives)), 1))
     out.append(Section(_section("Output format", _output_format(lang, mode))))
     return out
 

@@ -25,8 +25,16 @@ class Proposer(ABC):
     def begin_batch(self) -> None:
         """An island starts asking for a batch of children (an LLM proposer ranks its requests by it)."""
 
+    # how many times an island asks again for a child that repeated a kernel already tried: free
+    # for a proposer of its own, a whole answer of the model's slot for an LLM
+    repeat_asks = 11
+
     def feedback(self, cand: Candidate, record: dict) -> None:
         """What became of a child this proposer wrote (an island's ingest record); default: ignored."""
+
+    def repeated(self, cand: Candidate, dropped: bool = True) -> None:
+        """`cand` repeated a kernel already tried and is not evaluated (`dropped`: nor sent on, so
+        no feedback will come for it); default: ignored."""
 
     def usage_by_model(self) -> dict:
         """Token and cost accounting, per model ({} for proposers that call no model)."""

@@ -61,8 +61,9 @@ class Endpoint:
         timeout = openai.Timeout(cfg.timeout_s, connect=min(10.0, cfg.timeout_s))
         self.client = openai.OpenAI(base_url=url, api_key=key, max_retries=0, timeout=timeout)
 
-    def _once(self, model: str, messages: list[dict], max_tokens: int) -> Answer:
+    def _once(self, model: str, messages: list[dict], max_tokens: int, temperature: float | None = None) -> Answer:
         cfg = self.cfg
+        heat = cfg.temperature if temperature is None else temperature
         # A fresh sampling seed per request: llama.cpp's server restores a cached prompt's state, its
         # sampler's generator included, so the same prompt gave the same answer word for word. In a
         # 45-minute local run an island asked one prompt 12 times in a row (7.5 minutes of the
@@ -70,12 +71,12 @@ class Endpoint:
         seed = random.SystemRandom().randrange(1 << 31)
         if not getattr(cfg, "stream", True):
             resp = self.client.chat.completions.create(model=model, messages=messages, seed=seed,
-                                                       temperature=cfg.temperature, max_tokens=max_tokens)
+                                                       temperature=heat, max_tokens=max_tokens)
             u = resp.usage
             text = resp.choices[0].message.content or "" if resp.choices else ""
             return Answer(text, (u.prompt_tokens or 0) if u else 0, (u.completion_tokens or 0) if u else 0)
         stream = self.client.chat.completions.create(
-            model=model, messages=messages, temperature=cfg.temperature, max_tokens=max_tokens, seed=seed,
+            model=model, messages=messages, temperature=heat, max_tokens=max_tokens, seed=seed,
             stream=True, stream_options={"include_usage": True})
         parts, chunks, usage = [], 0, None
         with stream:
@@ -94,9 +95,10 @@ class Endpoint:
         return Answer(text, sum(len(str(m.get("content", ""))) for m in messages) // 4, chunks)
 
     def complete(self, model: str, messages: list[dict], max_tokens: int | None = None,
-                 rank: float | None = None) -> Answer:
+                 rank: float | None = None, temperature: float | None = None) -> Answer:
         """One answer, retried on transient errors; raises KfrayError naming the endpoint. `rank`:
-        its place among the requests waiting for a slot (kfray.proposers.slots)."""
+        its place among the requests waiting for a slot (kfray.proposers.slots); `temperature`:
+        this request's, where not the config's."""
         cfg = self.cfg
         attempts = cfg.max_retries + 1
         holder = uuid.uuid4().hex
@@ -108,7 +110,7 @@ class Endpoint:
                     t1 = time.monotonic()
                     waited += t1 - t0
                     try:
-                        ans = self._once(model, messages, max_tokens or cfg.max_tokens)
+                        ans = self._once(model, messages, max_tokens or cfg.max_tokens, temperature)
                     finally:
                         spent += time.monotonic() - t1
             except openai.OpenAIError as e:

@@ -199,6 +199,19 @@ class LLMProposer(Proposer):
         self.pending[model] = max(0, self.pending.get(model, 0) - 1)
         self.ledger.reward(model, value)
 
+    # An answer that repeats a kernel already tried is asked again once, the prompt saying so and
+    # the temperature raised (ProposalContext.repeats); then the island moves on: the same prompt
+    # asked up to 11 more times held a local model's one slot for minutes per kernel.
+    repeat_asks = 1
+    REPEAT_HEAT = 0.3               # temperature added per repeat, up to 1.3
+
+    def repeated(self, cand: Candidate, dropped: bool = True) -> None:
+        model, _mode = (self.written.pop if dropped else self.written.get)(cand.id, ("", ""))
+        if model in self.clients:
+            if dropped:
+                self.pending[model] = max(0, self.pending.get(model, 0) - 1)
+            self.ledger.repeat(model)
+
     def usage_by_model(self) -> dict:
         return self.ledger.snapshot()
 
@@ -209,7 +222,7 @@ class LLMProposer(Proposer):
     # -- the chat call -------------------------------------------------------------------------
 
     def complete(self, messages: list[dict], spec=None, purpose: str = "proposal", base: str | None = None,
-                 mode: str = "") -> str:
+                 mode: str = "", temperature: float | None = None) -> str:
         """One chat completion, with our retries. Raises KfrayError naming the endpoint on failure.
         `purpose` is what the request is accounted as (kfray.proposers.models.PURPOSES); `base` and
         `mode`, the source the answer edits or rewrites, bound a local model's answer (answer_tokens)."""
@@ -217,7 +230,8 @@ class LLMProposer(Proposer):
         endpoint = self.endpoints[spec.model]
         limit = answer_tokens(base, mode, self.cfg.max_tokens) if mode and is_local(endpoint.url) else None
         try:
-            ans = endpoint.complete(spec.model, messages, max_tokens=limit, rank=self.batch_began)
+            ans = endpoint.complete(spec.model, messages, max_tokens=limit, rank=self.batch_began,
+                                    temperature=temperature)
         except KfrayError:
             self.usage["failures"] += 1
             self.ledger.charge(spec.model, 0, 0, 0.0, failed=True)
@@ -270,7 +284,8 @@ class LLMProposer(Proposer):
         self.last = {"mode": mode, "repair": ctx.repair, "parsed": False, "answers": [], "edit_error": ""}
         try:
             messages = build_messages(ctx, mode, getattr(self.cfg, "prompt_tokens", 0))
-            text = self.complete(messages, spec, "repair" if ctx.repair else "proposal", edit_base(ctx), mode)
+            heat = min(1.3, self.cfg.temperature + self.REPEAT_HEAT * ctx.repeats) if ctx.repeats else None
+            text = self.complete(messages, spec, "repair" if ctx.repair else "proposal", edit_base(ctx), mode, heat)
             self.last["answers"] = [text]
             code, why = self.read_answer(text, ctx, mode)
             if code is None and mode == "diff" and getattr(self.cfg, "repair", False):
@@ -281,7 +296,7 @@ class LLMProposer(Proposer):
                 tokens = dict(prompt_tokens=self.last.get("prompt_tokens", 0),
                               completion_tokens=self.last.get("completion_tokens", 0))
                 text = self.complete(build_messages(ctx, "rewrite", getattr(self.cfg, "prompt_tokens", 0)), spec,
-                                     "retry", edit_base(ctx), "rewrite")
+                                     "retry", edit_base(ctx), "rewrite", heat)
                 for k, v in tokens.items():
                     self.last[k] += v
                 self.last["answers"].append(text)

@@ -31,7 +31,7 @@ from kfray.errors import ConfigError
 
 PURPOSES = ("proposal", "retry", "repair", "prompt")   # a new kernel, its whole-file retry, a fix, a meta-prompt
 FIELDS = ("calls", "prompt_tokens", "completion_tokens", "cost", "failures", "rewards", "reward_sum",
-          *(f"req_{p}" for p in PURPOSES))
+          *(f"req_{p}" for p in PURPOSES), "repeats")   # repeats: answers that repeated a kernel already tried
 
 
 @dataclass(frozen=True)
@@ -114,6 +114,11 @@ class Ledger:
             r["cost"] += float(cost)
         return self.snapshot()
 
+    def repeat(self, model: str) -> dict:
+        """An answer that repeated a kernel already tried: nothing to evaluate."""
+        self._row(model)["repeats"] += 1
+        return self.snapshot()
+
     def reward(self, model: str, value: float) -> dict:
         r = self._row(model)
         r["rewards"] += 1
@@ -145,16 +150,20 @@ def merged(snapshots) -> dict:
 
 def request_counts(snapshot: dict, llm_candidates: int) -> dict:
     """The model's requests by purpose, and per evaluated LLM candidate (what a slow local endpoint
-    costs per kernel): {total, proposal, retry, repair, prompt, llm_candidates, per_candidate}."""
+    costs per kernel): {total, proposal, retry, repair, prompt, repeats, llm_candidates, per_candidate};
+    `repeats`: answers dropped because they repeated a kernel already tried."""
     by = {p: int(sum(row.get(f"req_{p}", 0) for row in snapshot.values())) for p in PURPOSES}
     total = sum(by.values())
-    return {"total": total, **by, "llm_candidates": llm_candidates,
+    repeats = int(sum(row.get("repeats", 0) for row in snapshot.values()))
+    return {"total": total, **by, "repeats": repeats, "llm_candidates": llm_candidates,
             "per_candidate": round(total / llm_candidates, 3) if llm_candidates else None}
 
 
 def requests_text(counts: dict) -> str:
     return (f"LLM requests: {counts['total']} (proposals {counts['proposal']}, whole-file retries {counts['retry']}, "
-            f"repairs {counts['repair']}, prompt evolution {counts['prompt']}); "
+            f"repairs {counts['repair']}, prompt evolution {counts['prompt']}"
+            + (f"; {counts['repeats']} answer(s) repeated a kernel already tried" if counts.get("repeats") else "")
+            + "); "
             + (f"{counts['per_candidate']:.2f} per evaluated LLM candidate ({counts['llm_candidates']})"
                if counts["per_candidate"] is not None else "no LLM candidate evaluated yet"))
 
@@ -243,6 +252,9 @@ class LedgerActor:
     def reward(self, model, value):
         return self.ledger.reward(model, value)
 
+    def repeat(self, model):
+        return self.ledger.repeat(model)
+
     def snapshot(self):
         return self.ledger.snapshot()
 
@@ -291,6 +303,9 @@ class RemoteLedger:
 
     def reward(self, model, value) -> dict:
         return self._call("reward", model, value)
+
+    def repeat(self, model) -> dict:
+        return self._call("repeat", model)
 
     def snapshot(self) -> dict:
         return self._call("snapshot")

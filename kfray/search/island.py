@@ -163,18 +163,20 @@ class Island:
                 device_facts=self.device_facts, island=self.index, generation=self.generation + 1,
                 directives=self.directives(parent, target, g), occupied=occupied,
                 gradient=g if self.cfg.qd_directives else None, uniform=self.cfg.parents == "seeds")
-            for _attempt in range(self.RETRIES):
+            attempts = 1 + min(self.RETRIES - 1, getattr(self.proposer, "repeat_asks", self.RETRIES))
+            for attempt in range(attempts):
                 child = self.describe(self.proposer.propose(ctx, self.rng))
                 if not child.source.strip():
                     break
-                # A child this island has seen teaches nothing, nor does a near-duplicate of an
-                # elite: ask again (while the proposer's budget lasts); neither is evaluated.
-                fresh = source_hash(child.source, child.params) not in self.seen
-                if fresh and self.is_near_duplicate(child):
-                    self.near_duplicates += 1
-                    fresh = False
-                if fresh or self.proposer.exhausted:
+                # A child this island has seen teaches nothing, nor does a near-duplicate of an elite:
+                # ask again (while the budget lasts, saying so); the last comes back as a known result.
+                seen = source_hash(child.source, child.params) in self.seen
+                near = not seen and self.is_near_duplicate(child)
+                self.near_duplicates += near
+                if not (seen or near) or self.proposer.exhausted:
                     break
+                getattr(self.proposer, "repeated", lambda *a, **k: None)(child, dropped=attempt + 1 < attempts)
+                ctx.repeats += 1
             if child.source.strip():
                 key = source_hash(child.source, child.params)
                 self.seen.add(key)
