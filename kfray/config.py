@@ -98,6 +98,8 @@ class EvalConfig:
                                      # cadence (each of its calls waits on the wire); false: the
                                      # wire's empty round trip apart, which left the smallest tasks' reference
                                      # idle less between calls than its kernel
+    suite_pin_cpu: bool = True       # suite tasks: the kernel's and the reference's runners on one CPU
+                                     # (not the judge's core) while timed
     suite_rounds: int = 4            # suite tasks: each side's timed calls in this many blocks, the two sides'
                                      # alternating (inputs up to 1 GiB); 1: one block a side
     suite_ref_timing: str = "auto"   # suite tasks: where the reference is timed: runner (its own, as the candidate

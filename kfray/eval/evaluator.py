@@ -82,6 +82,7 @@ class Evaluator:
                "torch_compile": bool(self.cfg.torch_compile and hasattr(task, "param_args")),
                "suite_perf_trials": self.cfg.suite_perf_trials, "suite_time_budget_s": self.cfg.suite_time_budget_s,
                "suite_ref_pace": self.cfg.suite_ref_pace, "suite_rounds": self.cfg.suite_rounds,
+               "suite_pin_cpu": self.cfg.suite_pin_cpu,
                "slow_factor": self.cfg.slow_factor, "max_timeout_s": self.cfg.max_timeout_s,
                "input_seed": self.cfg.input_seed, "fresh_reference": retime}
         if retime:

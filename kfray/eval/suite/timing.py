@@ -12,6 +12,7 @@ from kfray.candidate import TIER_WRONG_VALUES
 from kfray.eval.suite.common import (KB_PERF_TRIALS, KB_WARMUP, KERNELBENCH, RKB, RKB_PERF_TRIALS, RKB_WARMUP,
                                      SUITE_NAMES, SUITE_SEED, WARM_SPIN_S, Verdict, allclose_reason, flush_l2,
                                      outputs)
+from kfray.eval.suite.cpu_pin import cpu_of, pin_together
 from kfray.eval.suite.judge import Judge
 from kfray.eval.suite.runners import Case
 from kfray.eval.suite.side_timer import SideTimer, time_case
@@ -106,6 +107,9 @@ def measure(backend, judge: Judge, cases: list[Case], job: dict) -> dict:
     seed = SUITE_SEED
     remote = cases[0].remote if cases else None
     via = remote.reference_ready() if hasattr(remote, "reference_ready") else None   # loaded before any timing
+    pinned = None
+    if via is not None and backend.device == "cuda" and job.get("suite_pin_cpu", True):
+        pinned = pin_together([remote.runner.pid, via.runner.pid])
     times, ref_times, per_shape, spreads = {}, {}, {}, []
     means_new, means_ref, means_cmp, cmp_note = [], [], [], ""
     pace_on = job.get("suite_ref_pace", True)
@@ -121,7 +125,9 @@ def measure(backend, judge: Judge, cases: list[Case], job: dict) -> dict:
                "median_ms": s_new["median"] * 1e3, "ref_median_ms": s_ref["median"] * 1e3,
                "period_ms": periods[0] * 1e3, "ref_period_ms": periods[1] * 1e3}
         if len(blocks) > 1:   # each block's mean, kernel and reference: where the two sides drifted apart
-            row["blocks_ms"] = [[round(a * 1e3, 5), round(b * 1e3, 5)] for a, b in blocks]
+            row["blocks_ms"] = [[round(a * 1e3, 5), round(b * 1e3, 5)] for a, b, _ in blocks]
+        if via is not None:   # the CPUs each side's runner was on after its blocks
+            row["runner_cpus"] = [sorted({c[i] for _, _, c in blocks if c[i] is not None}) for i in (0, 1)]
         copies = getattr(case.remote, "copies", None) or []
         if copies:            # the timed calls the judge checked, and their copies' round trips
             row["checked_calls"], row["copy_ms"] = len(copies), float(np.median(copies)) * 1e3
@@ -141,6 +147,7 @@ def measure(backend, judge: Judge, cases: list[Case], job: dict) -> dict:
              "speedup": avg_ref / avg_new if avg_new > 0 else 0.0, "configs": len(cases),
              "rtol": spec.rtol, "atol": spec.atol,
              "reference_timed": "in a runner of its own" if via is not None else "in the judge",
+             "runners_cpu": pinned,
              "blocks": f"up to {rounds} a side, alternating, for inputs up to {ROUNDS_MAX_BYTES >> 20} MiB"}
     if getattr(remote, "reference_note", ""):
         suite["reference_note"] = remote.reference_note
@@ -151,6 +158,14 @@ def measure(backend, judge: Judge, cases: list[Case], job: dict) -> dict:
         suite["compile_note"] = cmp_note
     return {"times": times, "ref_times": ref_times, "per_shape": per_shape, "suite": suite,
             "noise": float(max(spreads) if spreads else 0.0)}
+
+
+def runner_cpus(case: Case) -> tuple:
+    """(the CPU the kernel's runner is on, the reference runner's), None where it has none."""
+    remote = getattr(case, "remote", None)
+    new = getattr(remote, "runner", None)
+    ref = getattr(getattr(remote, "reference", None), "runner", None)
+    return tuple(cpu_of(r.pid) if r is not None and r.pid else None for r in (new, ref))
 
 
 def blocks_of(trials: int, rounds: int) -> list[int]:
@@ -205,7 +220,7 @@ def time_both(judge: Judge, clock: Clock, case: Case, seed: int, kb: bool, warmu
             a = run_new(w, len(b) if kb else n)
         ts_new += a
         ts_ref += b
-        blocks.append((float(np.mean(a)), float(np.mean(b))))
+        blocks.append((float(np.mean(a)), float(np.mean(b)), runner_cpus(case)))
         if len(a) < n or (budget and spent_new >= budget):
             break                        # the budget ran out: a slow problem has its samples
     _, _, last_new = new.result()
