@@ -129,7 +129,8 @@ def test_a_modelnew_file_gets_kernelbenchs_verdict_and_both_figures(tmp_path, ca
     row = res.facts["per_shape"]["default"]
     assert row["samples"] == 10
     # the judge checked timed calls (at random, and the last), each copied after it had answered
-    assert 1 <= row["checked_calls"] <= 10 + 3 and row["copy_ms"] > 0, row      # 10 timed, 2 warm-up, the last again
+    # 10 timed and 3 + 3 x 2 warm-up calls, each maybe checked, and each block's last call again
+    assert 1 <= row["checked_calls"] <= 10 + 9 + 4 and row["copy_ms"] > 0, row
     # both sides timed in four alternating blocks (3, 3, 2, 2 calls); the blocks make up the means
     sizes = [3, 3, 2, 2]
     assert len(row["blocks_ms"]) == 4, row
@@ -143,11 +144,11 @@ class _DriftingSide:
     host that slows down steadily while both sides are timed. Records the order of the blocks."""
     clock_calls = [0]
 
-    def __init__(self, judge, clock, case, seed, side):
+    def __init__(self, judge, clock, case, seed, side, like=None):
         self.side, self.clock, self.order = side, clock, judge.order
         self.input_bytes, self.backward_remote = 1024, False
 
-    def run(self, warmup, trials, budget_s, pace=0.0):
+    def run(self, warmup, trials, budget_s, pace=0.0, of=0):
         self.order.append((self.side, trials))
         self.clock.warmed, self.clock.period = warmup, 1e-3
         out = []

@@ -9,17 +9,18 @@ from typing import Any
 
 from kfray.eval.defences import clock_check, copy_check
 from kfray.eval.remote import paused
-from kfray.eval.suite.common import (L2_FLUSH_BYTES, RKB, allclose_reason, gradients, making, outputs, set_seed,
+from kfray.eval.suite.common import (L2_FLUSH_BYTES, RKB, Verdict, allclose_reason, gradients, making, outputs, set_seed,
                                      tensors, to_device, to_module)
 
 ROTATION_MAX_BYTES = 4 << 30      # inputs up to this size get a second set for the timed calls to alternate
 
 
 class SideTimer:
-    """`side` "new" or "ref" of `case`. `compiled`: the reference under torch.compile. `run` times a
-    block (the suite's samples), `result` is the last call's result and its model and inputs."""
+    """`side` "new" or "ref" of `case`. `compiled`: the reference under torch.compile. `like`: the
+    kernel's SideTimer, whose spot checks the reference's runner gets too. `run` times a block (the
+    suite's samples), `result` is the last call's result and its model and inputs."""
 
-    def __init__(self, judge, clock, case, seed: int, side: str, compiled: bool = False):
+    def __init__(self, judge, clock, case, seed: int, side: str, compiled: bool = False, like=None):
         import torch
 
         self.judge, self.clock, self.seed, self.compiled = judge, clock, seed, compiled
@@ -65,6 +66,20 @@ class SideTimer:
                 allclose_reason(w, g, sp.rtol, sp.atol, "output") for w, g in zip(refs[0], again))
             if steady:
                 self.check = lambda idx, outs: judge.check_timed_call(case.name, idx, refs[idx], outs)
+        elif self.remote is not None and like is not None and like.check is not None:
+            # The reference's runner gets the kernel's spot checks too (its input sets are made from
+            # the same seeds): a checked call's copy and the judge's comparison leave the next call
+            # behind work of another CUDA context, and a cost on one side only read as the kernel's
+            # (level-3 references 0.89-0.97x against themselves with the checks on one side).
+            # A mismatch here is the reference's own: a flag, never the kernel's verdict.
+            def check(idx, outs, theirs=like.check):
+                try:
+                    theirs(idx, outs)
+                except Verdict as e:
+                    note = f"configuration {case.name}: the reference's runner disagreed with the reference: {e}"
+                    if note not in judge.flags:
+                        judge.flags.append(note)
+            self.check = check
         self.call_side = case.call_new if side == "new" else case.call_ref
         if compiled:
             self.call_side = compiled_reference(case, sp)
@@ -115,9 +130,10 @@ class SideTimer:
         return contextlib.nullcontext(), 0.0
 
     # -- a block of timed calls ------------------------------------------------------------------
-    def run(self, warmup: int, trials: int, budget_s: float, pace: float = 0.0) -> list[float]:
-        """`trials` timed calls after `warmup` untimed ones (fewer when `budget_s` runs out);
-        the clock's `period` and `warmed` are this block's."""
+    def run(self, warmup: int, trials: int, budget_s: float, pace: float = 0.0, of: int = 0) -> list[float]:
+        """`trials` timed calls after `warmup` untimed ones (fewer when `budget_s` runs out), a block
+        of `of` in all (the spot checks' rate is per side, not per block); the clock's `period` and
+        `warmed` are this block's."""
         import torch
 
         clock, judge, case = self.clock, self.judge, self.case
@@ -140,7 +156,7 @@ class SideTimer:
                     return clock.samples(self._call, warmup, trials, self._clone_inputs if self.fresh else None,
                                          budget_s, pace=pace)
             # the runner's own times, held against the judge's clock
-            log = remote.start_timing(trials, L2_FLUSH_BYTES if clock.flush_l2 else 0)
+            log = remote.start_timing(max(trials, of), L2_FLUSH_BYTES if clock.flush_l2 else 0)
             remote.rotation, remote.check = self.rotation, self.check
             try:
                 with hold:

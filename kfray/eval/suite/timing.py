@@ -190,7 +190,7 @@ def time_both(judge: Judge, clock: Clock, case: Case, seed: int, kb: bool, warmu
     def run_new(w: int, n: int) -> list[float]:
         nonlocal spent_new
         t0 = time.perf_counter()
-        got = new.run(w, n, max(budget - spent_new, 1e-9) if budget else 0.0)
+        got = new.run(w, n, max(budget - spent_new, 1e-9) if budget else 0.0, of=trials)
         spent_new += time.perf_counter() - t0
         p_new.append(clock.period)
         return got
@@ -199,7 +199,7 @@ def time_both(judge: Judge, clock: Clock, case: Case, seed: int, kb: bool, warmu
         nonlocal spent_ref
         pace = float(np.median(p_new)) if pace_on and p_new else 0.0
         t0 = time.perf_counter()
-        got = ref.run(w, n, 0.0 if kb or not budget else max(budget - spent_ref, 1e-9), pace=pace)
+        got = ref.run(w, n, 0.0 if kb or not budget else max(budget - spent_ref, 1e-9), pace=pace, of=trials)
         spent_ref += time.perf_counter() - t0
         p_ref.append(clock.period)
         return got
@@ -213,7 +213,7 @@ def time_both(judge: Judge, clock: Clock, case: Case, seed: int, kb: bool, warmu
                 if rounds == 1:          # one side's sets alive at a time
                     new.drop()
                     judge.memory.settle(f"{case.name}: kernel timed")
-                ref = SideTimer(judge, clock, case, seed, "ref")
+                ref = SideTimer(judge, clock, case, seed, "ref", like=None if rounds == 1 else new)
             b = run_ref(clock.warmed if kb else w, len(a) if kb else n)
         else:                            # reference first: a drift within the pair falls on both
             b = run_ref(w, n)
