@@ -24,7 +24,7 @@ from kfray.eval.suite.side_timer import SideTimer, time_case
 # number of calls a side.
 ROUNDS = 4
 ROUNDS_MAX_BYTES = 1 << 30    # larger inputs: one block a side, so that only one side's sets are alive at once
-LATER_WARMUP = 2              # untimed calls before each later block
+LATER_WARMUP = 1              # untimed calls before each later block
 
 
 class Clock:
