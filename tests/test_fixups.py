@@ -131,6 +131,33 @@ def test_a_helper_the_parent_defines_is_carried_with_what_it_uses(tmp_path):
     assert rc != 0 and fix(unknown, msg, parent) is None      # not the parent's: the model's to fix
 
 
+@needs_gxx
+def test_a_helper_from_another_kernel_of_the_island_when_the_parent_lacks_it(tmp_path):
+    """The model copied `kf_piece` from another kernel in its prompt, not from its parent (seen with
+    `kf_slice` and `kf_row` in a 40-minute run of the 1.5B model: 6 of 12 fixed children still
+    failed). The kernel that defines what the compiler names lends it; the parent, where it
+    defines as much, is preferred; where no kernel defines it, nothing is carried."""
+    from kfray.proposers.fixups import donor
+
+    plain = HEAD + SIG + "    for (int64_t i = 0; i < n; ++i) y[i] = 2 * x[i];\n    return 0;\n}\n"
+    lender = HEAD + "// @kf.param SCALE in [2, 3]\n" \
+        "static void kf_piece(const float* x, float* y, int64_t lo, int64_t hi) {\n" \
+        "    for (int64_t i = lo; i < hi; ++i) y[i] = SCALE * x[i];\n}\n\n" \
+        + SIG + "    kf_piece(x, y, 0, n);\n    return 0;\n}\n"
+    child = HEAD + SIG + "    #pragma omp parallel for\n    for (int64_t p = 0; p < n; p += 64)\n" \
+        "        kf_piece(x, y, p, p + 64 < n ? p + 64 : n);\n    return 0;\n}\n"
+    rc, msg = gxx(tmp_path, child)
+    assert rc != 0 and "kf_piece" in msg
+    assert donor(child, msg, [plain, lender]) == lender
+    other = lender + "// another kernel that defines as much\n"
+    assert donor(child, msg, [lender, other]) == lender and donor(child, msg, [other, lender]) == other   # ties: the first
+    assert donor(child, msg, []) is None
+    fixed, done = fix(child, msg, donor(child, msg, [plain, lender]), "another kernel's")
+    assert "carried another kernel's kf_piece" in done, done
+    assert "// @kf.param SCALE in [2, 3]" in fixed and gxx(tmp_path, fixed, "-DSCALE=2")[0] == 0, fixed
+    assert fix(child, msg, donor(child, msg, [plain])) is None                    # nobody defines it
+
+
 def fixed_and_built(tmp_path, child: str, words: str, *flags: str) -> tuple[str, list[str]]:
     """The child fails with a message holding `words`, is fixed, and the fixed child builds."""
     rc, msg = gxx(tmp_path, child, *flags)

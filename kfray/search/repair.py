@@ -60,7 +60,13 @@ def fix_or_ask(island, cand: Candidate, res: EvalResult) -> Candidate | None:
     took the slot for a whole answer)."""
     if res.tier == TIER_COMPILE_ERROR and cand.origin != FIXED:
         parent = _parent(island, cand.parent_id)
-        got = fixups.fix(cand.source, res.reason, parent.source if parent else None)
+        kernels = [parent.source] if parent else []     # then the island's others, best first
+        for e in sorted(list(island.archive.elites()) + list(island.seed_elites), key=lambda e: -e.result.fitness):
+            if e.candidate.source not in kernels:
+                kernels.append(e.candidate.source)
+        donor = fixups.donor(cand.source, res.reason, kernels)
+        got = fixups.fix(cand.source, res.reason, donor,
+                         "the parent's" if parent and donor == parent.source else "another kernel's")
         if got is not None:
             source, _done = got
             params = {**parse_params(source).default(), **(parent.params if parent else {}), **cand.params}
