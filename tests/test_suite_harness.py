@@ -116,7 +116,7 @@ def test_outputs_equal_to_the_references_bit_for_bit_are_judged_as_allclose_judg
 
 
 def test_a_modelnew_file_gets_kernelbenchs_verdict_and_both_figures(tmp_path, cache):
-    res, backend = _verify(RELU, _modelnew(tmp_path, "right"), cache)
+    res, backend = _verify(RELU, _modelnew(tmp_path, "right"), cache, "eval.suite_perf_trials=40")
     assert backend == "torch_ext_cpu"
     assert res.correct, res.reason
     suite = res.facts["suite"]
@@ -127,15 +127,15 @@ def test_a_modelnew_file_gets_kernelbenchs_verdict_and_both_figures(tmp_path, ca
     assert 0.1 < suite["speedup"] < 10 and 0.1 < res.speedup < 10, (suite["speedup"], res.speedup)
     assert 1 / 3 < suite["speedup"] / res.speedup < 3, (suite["speedup"], res.speedup)
     row = res.facts["per_shape"]["default"]
-    assert row["samples"] == 10
-    # the judge checked timed calls (at random, and the last), each copied after it had answered
-    # 10 timed and 3 + 3 x 1 warm-up calls, each maybe checked, and each block's last call again
-    assert 1 <= row["checked_calls"] <= 10 + 6 + 4 and row["copy_ms"] > 0, row
-    # both sides timed in four alternating blocks (3, 3, 2, 2 calls); the blocks make up the means
-    sizes = [3, 3, 2, 2]
+    assert row["samples"] == 40
+    # the judge checked timed calls (at random, and the last), each copied after it had answered:
+    # 40 timed and 3 + 3 x 1 warm-up calls, 8 of them checked on average, and each block's last again
+    assert 1 <= row["checked_calls"] <= 40 + 6 + 4 and row["copy_ms"] > 0, row
+    # both sides timed in four alternating blocks of 10 calls; the blocks make up the means
+    sizes = [10, 10, 10, 10]
     assert len(row["blocks_ms"]) == 4, row
     for side, key in ((0, "mean_ms"), (1, "ref_mean_ms")):
-        whole = sum(n * b[side] for n, b in zip(sizes, row["blocks_ms"])) / 10
+        whole = sum(n * b[side] for n, b in zip(sizes, row["blocks_ms"])) / 40
         assert abs(whole - row[key]) <= 1e-3 * row[key] + 1e-5, (side, row)
 
 

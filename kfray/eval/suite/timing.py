@@ -25,6 +25,9 @@ from kfray.eval.suite.side_timer import SideTimer, time_case
 ROUNDS = 4
 ROUNDS_MAX_BYTES = 1 << 30    # larger inputs: one block a side, so that only one side's sets are alive at once
 LATER_WARMUP = 1              # untimed calls before each later block
+MIN_BLOCK = 10                # calls a block at least (fewer blocks where trials are few): a block's cadence
+                              # is the median of its calls' start-to-start gaps, which the next block's paced
+                              # reference keeps
 
 
 class Clock:
@@ -169,8 +172,8 @@ def runner_cpus(case: Case) -> tuple:
 
 
 def blocks_of(trials: int, rounds: int) -> list[int]:
-    """`trials` split into `rounds` blocks as even as they go (none empty)."""
-    rounds = max(1, min(rounds, trials))
+    """`trials` split into `rounds` blocks as even as they go, of MIN_BLOCK calls at least."""
+    rounds = max(1, min(rounds, trials // MIN_BLOCK))
     return [trials // rounds + (1 if i < trials % rounds else 0) for i in range(rounds)]
 
 
