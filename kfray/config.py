@@ -100,8 +100,9 @@ class EvalConfig:
                                      # idle less between calls than its kernel
     suite_pin_cpu: bool = True       # suite tasks: the kernel's and the reference's runners on one CPU
                                      # (not the judge's core) while timed
-    suite_rounds: int = 4            # suite tasks: each side's timed calls in this many blocks, the two sides'
-                                     # alternating (inputs up to 1 GiB); 1: one block a side
+    suite_rounds: int = 10           # suite tasks: each side's timed calls in up to this many blocks (10 calls
+                                     # a block at least), the two sides' alternating (inputs up to 1 GiB); 1: one
+                                     # block a side
     suite_ref_timing: str = "auto"   # suite tasks: where the reference is timed: runner (its own, as the candidate
                                      # is timed in its own), judge, or auto (runner on the GPU for forward tasks)
     slow_factor: float = 20.0        # suite tasks: a call slower than the reference's by this factor is a

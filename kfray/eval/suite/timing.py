@@ -17,12 +17,14 @@ from kfray.eval.suite.judge import Judge
 from kfray.eval.suite.runners import Case
 from kfray.eval.suite.side_timer import SideTimer, time_case
 
-# Each side's timed calls are split into this many blocks, the two sides' blocks alternating in the
-# order kernel, reference, reference, kernel, ...: a slow stretch of the host (launch-bound models
-# read 0.78x and 1.30x against themselves on an H100 when each side was one block) falls on both
-# sides, and a steady drift cancels. The suite's statistic is unchanged: the mean of the same
-# number of calls a side.
-ROUNDS = 4
+# Each side's timed calls are split into up to this many blocks, the two sides' blocks alternating
+# in the order kernel, reference, reference, kernel, ...: a slow stretch of the host (launch-bound
+# models read 0.78x and 1.30x against themselves on an H100 when each side was one block) falls on
+# both sides, and a steady drift cancels. The suite's statistic is unchanged: the mean of the same
+# number of calls a side. A launch-bound model's stretches are short: one block of 25 calls at 1.5x
+# the others' time (48_Mamba2ReturnY, an H100) read 0.90x with 4 blocks a side; 10 blocks of 10
+# share such stretches more evenly.
+ROUNDS = 10
 ROUNDS_MAX_BYTES = 1 << 30    # larger inputs: one block a side, so that only one side's sets are alive at once
 LATER_WARMUP = 1              # untimed calls before each later block
 MIN_BLOCK = 10                # calls a block at least (fewer blocks where trials are few): a block's cadence
