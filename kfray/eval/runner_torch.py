@@ -36,6 +36,7 @@ class TorchSide:
         self.device = "cpu"
         self.cases: list = []
         self.kept = None                             # (outputs, the judge's slots) of the last timed call
+        self.heap_settled = False
 
     def handle(self, op: str, req: dict, fds: list[int]) -> tuple[dict, list[int]]:
         for key in req.get("drop", []):          # input sets (and backward sides) the judge let go of
@@ -155,6 +156,7 @@ class TorchSide:
             set_seed(int(req["seed"]))
         if req.get("fresh"):              # new tensors every call: nothing to memoise by identity
             xs = [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
+            self._settle_heap()
         self._sync()
         flush = wire.integer(req.get("flush", 0), "flush bytes", 0, MAX_FLUSH_BYTES) if self.device == "cuda" else 0
         with torch.no_grad():
@@ -167,6 +169,20 @@ class TorchSide:
             return {"s": s, "mismatch": "the kernel's outputs changed shape or type between calls"}, []
         self.kept = (outs, slot)
         return {"s": s}, []
+
+    def _settle_heap(self) -> None:
+        """Once, before the first timed call: the heap collected and frozen, so that the collector's
+        full passes during the timed calls walk only what the calls themselves make. The heaps of
+        the two sides' runners differ by what the judge ran in each (the stream probe imports CuPy
+        in the candidate's): a full pass over the larger one fell inside one block of timed calls
+        in every run (48_Mamba2ReturnY, an H100: a block of 10 calls at 26-28 ms a call against
+        9.7 ms, 0.85x against itself)."""
+        if not self.heap_settled:
+            import gc
+
+            gc.collect()
+            gc.freeze()
+            self.heap_settled = True
 
     def torch_copy_kept(self, req: dict, fds) -> tuple[dict, list]:
         """The last timed call's outputs copied into the judge's slots. The judge asks after the
