@@ -727,3 +727,23 @@ def test_a_hostile_backward_kernel_through_kfray_verify_is_judged_from_its_runne
     assert r.tier == 4 and "gradient param_weight" in r.reason and "robust-kbench rule" in r.reason, r.reason
     assert "runner_round_trip_us" in r.facts
     assert "in_judge_because" not in r.facts and "state_changed" not in r.facts
+
+
+def test_the_other_sides_runner_sets_the_floor_of_what_a_request_costs_beyond_its_call():
+    """Measured on an H100 (robust-kbench level_1/task_85, its reference against itself): 704 us a
+    request around a 100 us call, the wire 47 us and the judge's copies 225 us. The runner's own
+    part of a request (syncs, events, the answer) was left out, and the honest call was flagged. The
+    reference's runner, timed on the same requests, shows that cost; a tenth of a 3 ms call
+    claimed is still a faked clock beside it."""
+    from kfray.eval.defences import clock_check
+
+    wire = (47e-6, 55e-6)
+    kernel = [(704e-6, 100e-6, 0.0)] * 20
+    reference = [(720e-6, 105e-6, 0.0)] * 20
+    assert "outside clock" in clock_check(kernel, wire, 225e-6)             # as it was: a false flag
+    assert clock_check(kernel, wire, 225e-6, beside=reference) is None
+    assert clock_check(reference, wire, 225e-6, beside=kernel) is None
+    faked = [(3.6e-3, 0.3e-3, 0.0)] * 20
+    honest_3ms = [(3.62e-3, 3.0e-3, 0.0)] * 20
+    assert "outside clock" in clock_check(faked, wire, 225e-6, beside=honest_3ms)
+    assert "outside clock" in clock_check(faked, wire, 225e-6, beside=reference)

@@ -163,6 +163,9 @@ class _DriftingSide:
     def drop(self):
         pass
 
+    def check_clock(self, beside=None):
+        pass
+
 
 @pytest.mark.parametrize("rounds", [1, 4])
 def test_a_steady_slowdown_falls_on_both_sides_when_their_blocks_alternate(monkeypatch, rounds):

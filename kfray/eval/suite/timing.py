@@ -228,6 +228,8 @@ def time_both(judge: Judge, clock: Clock, case: Case, seed: int, kb: bool, warmu
         blocks.append((float(np.mean(a)), float(np.mean(b)), runner_cpus(case)))
         if len(a) < n or (budget and spent_new >= budget):
             break                        # the budget ran out: a slow problem has its samples
+    new.check_clock(beside=ref)
+    ref.check_clock(beside=new)
     _, _, last_new = new.result()
     m_ref, _, last_ref = ref.result()
     check_timed(judge, case, last_new, last_ref, m_ref)
