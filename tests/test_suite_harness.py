@@ -146,7 +146,7 @@ class _DriftingSide:
 
     def __init__(self, judge, clock, case, seed, side, like=None):
         self.side, self.clock, self.order = side, clock, judge.order
-        self.input_bytes, self.backward_remote = 1024, False
+        self.input_bytes, self.backward_remote, self.copies = 1024, False, []
 
     def run(self, warmup, trials, budget_s, pace=0.0, of=0):
         self.order.append((self.side, trials))

@@ -119,7 +119,7 @@ def measure(backend, judge: Judge, cases: list[Case], job: dict) -> dict:
     means_new, means_ref, means_cmp, cmp_note = [], [], [], ""
     pace_on = job.get("suite_ref_pace", True)
     for case in cases:
-        ts_new, ts_ref, blocks, periods = time_both(judge, clock, case, seed, kb, warmup, trials, budget, rounds,
+        ts_new, ts_ref, blocks, side = time_both(judge, clock, case, seed, kb, warmup, trials, budget, rounds,
                                                     pace_on)
         s_new, s_ref = stats(ts_new), stats(ts_ref)
         times[case.name], ref_times[case.name] = s_new["median"], s_ref["median"]
@@ -128,17 +128,17 @@ def measure(backend, judge: Judge, cases: list[Case], job: dict) -> dict:
         means_ref.append(s_ref["mean"])
         row = {"mean_ms": s_new["mean"] * 1e3, "ref_mean_ms": s_ref["mean"] * 1e3, "samples": s_new["samples"],
                "median_ms": s_new["median"] * 1e3, "ref_median_ms": s_ref["median"] * 1e3,
-               "period_ms": periods[0] * 1e3, "ref_period_ms": periods[1] * 1e3}
+               "period_ms": side["periods"][0] * 1e3, "ref_period_ms": side["periods"][1] * 1e3}
         if len(blocks) > 1:   # each block's mean, kernel and reference: where the two sides drifted apart
             row["blocks_ms"] = [[round(a * 1e3, 5), round(b * 1e3, 5)] for a, b, _ in blocks]
         if via is not None:   # the CPUs each side's runner was on after its blocks
             row["runner_cpus"] = [sorted({c[i] for _, _, c in blocks if c[i] is not None}) for i in (0, 1)]
-        copies = getattr(case.remote, "copies", None) or []
+        copies = side["copies"]
         if copies:            # the timed calls the judge checked, and their copies' round trips
             row["checked_calls"], row["copy_ms"] = len(copies), float(np.median(copies)) * 1e3
         if job.get("torch_compile") and not cmp_note:
             try:
-                pace = periods[0] if pace_on else 0.0
+                pace = side["periods"][0] if pace_on else 0.0
                 ts_c, _ = time_case(judge, clock, case, seed, "ref", warmup, trials, budget, compiled=True, pace=pace)
                 means_cmp.append(stats(ts_c)["mean"])
                 row["compile_mean_ms"] = means_cmp[-1] * 1e3
@@ -182,7 +182,8 @@ def blocks_of(trials: int, rounds: int) -> list[int]:
 def time_both(judge: Judge, clock: Clock, case: Case, seed: int, kb: bool, warmup: int, trials: int,
               budget: float, rounds: int, pace_on: bool):
     """Both sides of one configuration: (kernel samples, reference samples, each block pair's means,
-    (kernel period, reference period)). KernelBench's reference makes as many calls as the kernel
+    {"periods": (kernel period, reference period), "copies": the kernel's checked calls' copies'
+    round trips}). KernelBench's reference makes as many calls as the kernel
     made, warm-ups too (one model pair for every trial: the same calls keep their state alike);
     robust-kbench's has its own budget. The timed results are checked at the end (check_timed)."""
     new = SideTimer(judge, clock, case, seed, "new")
@@ -237,7 +238,8 @@ def time_both(judge: Judge, clock: Clock, case: Case, seed: int, kb: bool, warmu
     ref.drop()
     del last_new, last_ref, m_ref
     judge.memory.settle(f"{case.name}: reference timed")
-    return ts_new, ts_ref, blocks, (float(np.median(p_new)), float(np.median(p_ref)))
+    periods = (float(np.median(p_new)), float(np.median(p_ref)))
+    return ts_new, ts_ref, blocks, {"periods": periods, "copies": new.copies}
 
 
 def peak_memory(backend) -> dict:
