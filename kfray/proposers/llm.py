@@ -1,11 +1,11 @@
 """LLM proposer: an OpenAI-compatible chat endpoint writes the child kernel.
 
-The call itself (a slot of the endpoint's concurrency limit, streaming, retries) is
-kfray.proposers.chat's. The model answers with a whole file (`edit_mode: rewrite`) or with
-SEARCH/REPLACE blocks against the parent (`diff`, kfray.proposers.diff_edit), or the proposer
-picks per call by a UCB bandit over the two (`auto`). A candidate marked `ctx.repair` is a failed
-kernel sent back once with its diagnostics. `propose` never raises: a failure becomes a tier-0
-candidate whose `no_code_reason` says why.
+The call itself (a slot of the endpoint's concurrency limit, streaming, retries) is kfray.proposers.chat's. The
+model answers with a whole file (`edit_mode: rewrite`; one that rewrote only part of its parent is made whole from
+it, kfray.proposers.fragments) or with SEARCH/REPLACE blocks against the parent (`diff`, kfray.proposers.diff_edit),
+or the proposer picks per call by a UCB bandit over the two (`auto`). A candidate marked `ctx.repair` is a failed
+kernel sent back once with its diagnostics. `propose` never raises: a failure is a tier-0 candidate whose
+`no_code_reason` says why.
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from kfray.prompts.builder import build_messages, edit_base
 from kfray.proposers.base import Proposer, ProposalContext
 from kfray.proposers.chat import Endpoint
 from kfray.proposers.diff_edit import EditError, apply_edits, has_edits, parse_edits
+from kfray.proposers.fragments import C_LIKE, complete_from_parent
 from kfray.proposers.slots import EndpointSlots, default_limit, is_local
 from kfray.source import parse_params
 
@@ -42,10 +43,8 @@ def fenced_blocks(text: str) -> list[tuple[str, str]]:
 
 
 def extract_code(text: str, language: str) -> str | None:
-    """The kernel source in a model's answer: the largest code block that holds the entry point.
-
-    For OpenCL the entry point is any `__kernel`, for run-time SYCL a `@kf.launch` declaration,
-    otherwise `kf_forward`. None when no block fits."""
+    """The kernel source in a model's answer: the largest code block that holds the entry point (for
+    OpenCL any `__kernel`, for run-time SYCL a `@kf.launch` declaration, else `kf_forward`), or None."""
     marker = re.compile({"opencl": r"__kernel\b|\bkernel\s+void\b", "sycl_jit": r"@kf\.launch\b",
                          "suite": r"^class\s+ModelNew\b|PYBIND11_MODULE"}
                         .get(language, r"\bkf_forward\b"), re.M)
@@ -305,8 +304,9 @@ class LLMProposer(Proposer):
                 cand.no_code_reason = why
             else:
                 self.last["parsed"] = True
-                cand.source = code
-                cand.params = self._pick_params(code, parent.params if parent else {})
+                whole = complete_from_parent(code, edit_base(ctx)) if ctx.language in C_LIKE else (code, [])
+                cand.source, self.last["borrowed"] = whole
+                cand.params = self._pick_params(cand.source, parent.params if parent else {})
         except Exception as e:  # never raise from propose: a failure is a tier-0 candidate
             cand.no_code_reason = str(e) or type(e).__name__
         self.last["no_code_reason"] = cand.no_code_reason
