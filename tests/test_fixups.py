@@ -105,6 +105,11 @@ def test_slips_seen_in_a_later_run_with_the_same_model(tmp_path):
     assert done == ["dropped collapse from #pragma omp parallel"]
 
 
+# A child that rewrote kf_forward and calls a helper, kf_piece, that it does not define.
+CALLS_PIECE = HEAD + SIG + "    #pragma omp parallel for\n    for (int64_t p = 0; p < n; p += 64)\n" \
+    "        kf_piece(x, y, p, p + 64 < n ? p + 64 : n);\n    return 0;\n}\n"
+
+
 @needs_gxx
 def test_a_helper_the_parent_defines_is_carried_with_what_it_uses(tmp_path):
     """A child that rewrote only kf_forward and still calls the parent's helper (seen as `kf_row` and
@@ -117,8 +122,7 @@ def test_a_helper_the_parent_defines_is_carried_with_what_it_uses(tmp_path):
         "static void kf_piece(const float* x, float* y, int64_t lo, int64_t hi) {\n" \
         "    for (int64_t i = lo; i < hi; ++i) y[i] = std::fabs(kfm::twice(x[i])) + 0 * KF_W;\n}\n\n" \
         + SIG + "    kf_piece(x, y, 0, n);\n    return 0;\n}\n"
-    child = HEAD + SIG + "    #pragma omp parallel for\n    for (int64_t p = 0; p < n; p += 64)\n" \
-        "        kf_piece(x, y, p, p + 64 < n ? p + 64 : n);\n    return 0;\n}\n"
+    child = CALLS_PIECE
     rc, msg = gxx(tmp_path, child)
     assert rc != 0 and "kf_piece" in msg
     fixed, done = fix(child, msg, parent)
@@ -144,8 +148,7 @@ def test_a_helper_from_another_kernel_of_the_island_when_the_parent_lacks_it(tmp
         "static void kf_piece(const float* x, float* y, int64_t lo, int64_t hi) {\n" \
         "    for (int64_t i = lo; i < hi; ++i) y[i] = SCALE * x[i];\n}\n\n" \
         + SIG + "    kf_piece(x, y, 0, n);\n    return 0;\n}\n"
-    child = HEAD + SIG + "    #pragma omp parallel for\n    for (int64_t p = 0; p < n; p += 64)\n" \
-        "        kf_piece(x, y, p, p + 64 < n ? p + 64 : n);\n    return 0;\n}\n"
+    child = CALLS_PIECE
     rc, msg = gxx(tmp_path, child)
     assert rc != 0 and "kf_piece" in msg
     assert donor(child, msg, [plain, lender]) == lender

@@ -175,7 +175,7 @@ class Island:
                 self.near_duplicates += near
                 if not (seen or near) or self.proposer.exhausted:
                     break
-                getattr(self.proposer, "repeated", lambda *a, **k: None)(child, dropped=attempt + 1 < attempts)
+                self.proposer.repeated(child, dropped=attempt + 1 < attempts)
                 ctx.repeats += 1
             if child.source.strip():
                 key = source_hash(child.source, child.params)
