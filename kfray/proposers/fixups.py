@@ -182,6 +182,12 @@ def carried_helpers(source: str, diagnostics: str, parent_source: str | None) ->
     return out, sorted(carried, key=lambda n: theirs[n].start)
 
 
+def defined_names(source: str) -> set[str]:
+    """What a kernel defines that another may use: its top-level items, parameters and macros."""
+    return {it.name for it in top_level.items(source) if it.name} | set(_PARAM.findall(source)) | \
+        top_level.defined_macros(source)
+
+
 def donor(source: str, diagnostics: str, kernels: list[str]) -> str | None:
     """Of `kernels` (the parent first, then the other kernels the island holds), the one that defines
     the most of what the compiler says the child lacks (helpers, parameters, macros); ties go to
@@ -192,12 +198,7 @@ def donor(source: str, diagnostics: str, kernels: list[str]) -> str | None:
         return None
     named = {a or b or c for a, b, c in _NOT_DECLARED.findall(diagnostics)} - {""}
     named -= {it.name for it in top_level.items(source)}
-
-    def defines(k: str) -> int:
-        have = {it.name for it in top_level.items(k)} | set(_PARAM.findall(k)) | top_level.defined_macros(k)
-        return len(named & have)
-
-    scores = [defines(k) for k in kernels]
+    scores = [len(named & defined_names(k)) for k in kernels]
     return kernels[scores.index(max(scores))]
 
 

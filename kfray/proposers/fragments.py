@@ -14,23 +14,18 @@ from __future__ import annotations
 import re
 
 from kfray.proposers import top_level
-from kfray.proposers.fixups import _INCLUDE, _PARAM, add_includes, add_param_lines
+from kfray.proposers.fixups import _INCLUDE, _PARAM, add_includes, add_param_lines, defined_names
 
 _WORD = re.compile(r"\b[A-Za-z_]\w*\b")
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 C_LIKE = ("cpp", "cuda", "opencl", "sycl")
 
 
-def _defines(source: str) -> set[str]:
-    return {it.name for it in top_level.items(source) if it.name} | set(_PARAM.findall(source)) | \
-        top_level.defined_macros(source)
-
-
 def borrowed_names(code: str, parent: str) -> set[str]:
     """Names the answer uses but does not define which the parent defines: its helpers, parameters
     and macros."""
     used = set(_WORD.findall(_COMMENT.sub(" ", code)))
-    return (used & _defines(parent)) - _defines(code)
+    return (used & defined_names(parent)) - defined_names(code)
 
 
 def complete_from_parent(code: str, parent: str | None) -> tuple[str, list[str]]:
@@ -43,24 +38,22 @@ def complete_from_parent(code: str, parent: str | None) -> tuple[str, list[str]]
     borrowed = borrowed_names(code, parent)
     if not borrowed:
         return code, []
-    mine = {it.name: it for it in top_level.items(code) if it.name}
+    ours = top_level.items(code)
+    mine = {it.name: it for it in ours if it.name}
     theirs = top_level.items(parent)
     names = {it.name for it in theirs}
-    out, first = [], None
-    cursor = 0
+    out, at, cursor = [], None, 0           # at: the piece of the parent just before its first replaced item
     for it in theirs:
         if it.name in mine:
-            if first is None:
-                first = len(out) + 1
+            at = len(out) if at is None else at
             out += [parent[cursor:it.start], mine[it.name].text(code)]
             cursor = it.end
     out.append(parent[cursor:])
-    new = "".join(it.text(code).strip("\n") + "\n\n" for it in top_level.items(code) if it.name not in names)
-    if new:
-        if first is None:
-            out.append("\n" + new)
-        else:
-            out[first - 1] = out[first - 1] + new
+    new = "".join(it.text(code).strip("\n") + "\n\n" for it in ours if it.name not in names)
+    if new and at is None:
+        out.append("\n" + new)
+    elif new:
+        out[at] += new
     whole = "".join(out)
     have = set(_INCLUDE.findall(whole))
     includes = [h for h in dict.fromkeys(_INCLUDE.findall(code)) if h not in have]
