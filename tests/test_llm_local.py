@@ -212,10 +212,11 @@ def test_a_missing_header_is_fixed_without_asking_the_model_again(tmp_cache):
 @pytest.mark.parametrize("second", ["changed", "same again"])
 def test_an_answer_that_repeats_a_kernel_is_asked_again_once_saying_so(tmp_cache, second):
     """A small model often answers with its parent unchanged. That answer is not evaluated; the
-    model is asked once more, its prompt saying the last answer repeated a kernel and its
-    temperature raised. A second repeat ends the asking (it comes back as the known kernel): two
+    model is asked once more, its prompt saying the last answer repeated a kernel, naming one concrete
+    change to make, and its temperature raised. A second repeat ends the asking (it comes back as the known kernel): two
     requests, not the island's twelve tries, and both repeats are counted in the ledger."""
     from kfray.eval.evaluator import Evaluator
+    from kfray.descriptors import DIMENSIONS, step_directive
     from kfray.prompts.builder import REPEATED
     from kfray.proposers.models import request_counts
 
@@ -230,6 +231,12 @@ def test_an_answer_that_repeats_a_kernel_is_asked_again_once_saying_so(tmp_cache
             first, again = srv.requests
             assert REPEATED not in first["messages"][-1]["content"]
             assert REPEATED in again["messages"][-1]["content"]
+            # and it names one change to make, one of the language's steps the first prompt did not ask for
+            asked = [ln for ln in again["messages"][-1]["content"].splitlines() if "Make this one change" in ln]
+            assert len(asked) == 1 and "Make this one change" not in first["messages"][-1]["content"]
+            step = asked[0].split(": ", 1)[1].rstrip(".")
+            assert step not in first["messages"][-1]["content"]
+            assert any(step == s for d in DIMENSIONS for s in (step_directive(d, k, "cpp") for k in (1, 2, 3)))
             assert first["temperature"] == 0.5 and again["temperature"] > 0.5
             counts = request_counts(isl.proposer.usage_by_model(), 0)
             if second == "changed":
