@@ -232,12 +232,10 @@ def step_directive(dim: str, level: int, language: str) -> str:
     return _LEVEL0[dim] if level == 0 else _STEPS[language if language in _STEPS else family(language)][dim][level - 1]
 
 
-def change_directive(language: str, rng, avoid: list[str] = ()) -> str | None:
+def change_directive(language: str, rng, avoid: list[str] = ()) -> list[str]:
     """One concrete change, drawn from the language's steps, for a model that handed its parent back:
     a small model told only "change the code" repeats itself; told what to change, it changes that.
-    Steps the prompt already asks for (`avoid`, its directive lines) are left out. None: no steps."""
-    table = _STEPS.get(language) or _STEPS.get(family(language))
-    if not table:
-        return None
-    steps = [s for dim in DIMENSIONS for s in table[dim] if not any(s in a for a in avoid)]
-    return f"Make this one change to the parent, and keep the rest of it: {rng.choice(steps)}." if steps else None
+    Steps the prompt already asks for (`avoid`, its directive lines) are left out. []: no steps."""
+    table = _STEPS.get(language) or _STEPS.get(family(language)) or {}
+    steps = [s for dim in table for s in table[dim] if not any(s in a for a in avoid)]
+    return [f"Make this one change to the parent, and keep the rest of it: {rng.choice(steps)}."] if steps else []

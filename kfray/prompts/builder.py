@@ -5,6 +5,9 @@ stays cheap and well inside any model's context window.
 """
 from __future__ import annotations
 
+import random
+
+from kfray.descriptors import change_directive
 from kfray.eval.profile_facts import profile_text
 from kfray.prompts.budget import Section, estimate_tokens, fit
 from kfray.prompts.contracts import kernel_contract
@@ -192,8 +195,9 @@ def prompt_sections(ctx: ProposalContext, mode: str = "rewrite") -> list[Section
         cell = ", ".join(_level(d, lvl) for d, lvl in zip(DIMENSIONS, ctx.target_cell))
         out.append(Section(_section("Target style", f"Aim for a kernel with {cell}."), 2))
     directives = list(ctx.directives)
-    if ctx.repeats:
-        directives.insert(0, REPEATED)
+    if ctx.repeats:     # and one concrete change, drawn afresh for each parent, generation and ask
+        pick = random.Random(f"{ctx.parent.candidate.id if ctx.parent else ''}:{ctx.generation}:{ctx.repeats}")
+        directives[:0] = [REPEATED, *change_directive(lang, pick, directives)]
     if directives and not ctx.repair:
         out.append(Section(_section("Directives", "\n".join(f"- {d}" for d in directives)), 1))
     out.append(Section(_section("Output format", _output_format(lang, mode))))

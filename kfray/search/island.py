@@ -16,7 +16,7 @@ from kfray.proposal import Elite, MetaPrompt, ProposalContext
 from kfray.proposers.base import Proposer
 from kfray.search import repair
 from kfray.search.archive import REJECTED, Archive
-from kfray.descriptors import DIMENSIONS, change_directive, describe, step_directive
+from kfray.descriptors import DIMENSIONS, describe, step_directive
 from kfray.search.qd_gradient import QDGradient, classify
 from kfray.source import normalize, parse_params, source_hash
 from kfray.search.sampling import select_inspirations, select_parent, target_cell
@@ -169,8 +169,7 @@ class Island:
                 if not child.source.strip():
                     break
                 # A child this island has seen teaches nothing, nor does a near-duplicate of an elite:
-                # ask again (while the budget lasts, saying so and naming one change to make); the last
-                # comes back as a known result.
+                # ask again (while the budget lasts, saying so); the last comes back as a known result.
                 seen = source_hash(child.source, child.params) in self.seen
                 near = not seen and self.is_near_duplicate(child)
                 self.near_duplicates += near
@@ -178,8 +177,6 @@ class Island:
                     break
                 self.proposer.repeated(child, dropped=attempt + 1 < attempts)
                 ctx.repeats += 1
-                change = change_directive(self.language, self.rng, ctx.directives)
-                ctx.directives = [*ctx.directives, change] if change else ctx.directives
             if child.source.strip():
                 key = source_hash(child.source, child.params)
                 self.seen.add(key)
