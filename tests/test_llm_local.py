@@ -529,13 +529,13 @@ def test_an_islands_batch_is_answered_whole_before_a_later_islands_request():
 
 def test_a_stopped_runs_summary_counts_requests_when_its_islands_are_busy(ray_local):
     """A run stopped while an island waits on a model's answer (minutes on a local server) gets no
-    island state in time, and its stored checkpoints carry no usage: the summary's request counts
-    then come from the run-wide ledger actor, which never waits on a model. In a 45-minute local run
-    the summary had lost them."""
+    island state in time, and its stored checkpoints carry an older usage, if any: the summary's
+    request counts then come from the run-wide ledger actor, which never waits on a model. In
+    45-minute local runs the summary had lost them, then counted the checkpoints' (30 of 52)."""
     from types import SimpleNamespace
 
     from kfray.config import load_config
-    from kfray.driver.finish import ledger_usage
+    from kfray.driver.finish import ledger_usage, run_usage
     from kfray.proposers.models import RemoteLedger, request_counts
 
     cfg = load_config(None, ["proposer.kind=llm", "proposer.base_url=http://127.0.0.1:9/v1", "proposer.model=m"])
@@ -547,5 +547,10 @@ def test_a_stopped_runs_summary_counts_requests_when_its_islands_are_busy(ray_lo
     ledger.charge("m", 900, 200, 0.0, purpose="repair")
     counts = request_counts(ledger_usage(co), llm_candidates=3)
     assert (counts["total"], counts["proposal"], counts["repair"], counts["per_candidate"]) == (3, 2, 1, 1.0)
+    # an island's last checkpoint, taken after the first request, holds an older snapshot: the
+    # summary counts what the ledger holds now (it had counted the checkpoint's, 30 of 52 requests)
+    stale = [{"llm_usage": {"m": {"calls": 1, "req_proposal": 1, "prompt_tokens": 1200}}}, {"archive": {}}]
+    counts = request_counts(run_usage(co, stale), llm_candidates=3)
+    assert (counts["total"], counts["proposal"], counts["repair"]) == (3, 2, 1)
     offline = SimpleNamespace(cfg=load_config(None, []), name="kfray-stopped-run")
     assert ledger_usage(offline) == {}                     # an offline run has no model to account

@@ -65,7 +65,7 @@ def finish(co, t_start: float, stopped: str = "") -> dict[str, Any]:
         "wall_seconds": round(time.time() - t_start, 2),
         "run_dir": str(co.run_dir),
     }
-    usage = llm_usage(island_states) or ledger_usage(co)
+    usage = run_usage(co, island_states)
     if usage:                          # tokens and cost per model (LLM runs), and requests by purpose
         from kfray.proposers.models import request_counts
 
@@ -194,6 +194,15 @@ def llm_usage(island_states: list[dict]) -> dict:
     from kfray.proposers.models import merged
 
     return merged(s.get("llm_usage") for s in island_states)
+
+
+def run_usage(co, island_states: list[dict]) -> dict:
+    """The larger of each count in the islands' snapshots and the ledger actor's own: a stopped run's
+    island states are its last checkpoints, which were minutes old (a 45-minute local run's summary
+    counted 30 requests; the server had answered 52)."""
+    from kfray.proposers.models import merged
+
+    return merged([llm_usage(island_states), ledger_usage(co)])
 
 
 def ledger_usage(co) -> dict:
