@@ -236,6 +236,9 @@ def change_directive(language: str, rng, avoid: list[str] = ()) -> list[str]:
     """One concrete change, drawn from the language's steps, for a model that handed its parent back:
     a small model told only "change the code" repeats itself; told what to change, it changes that.
     Steps the prompt already asks for (`avoid`, its directive lines) are left out. []: no steps."""
-    table = _STEPS.get(language) or _STEPS.get(family(language)) or {}
-    steps = [s for dim in table for s in table[dim] if not any(s in a for a in avoid)]
+    try:
+        steps = [step_directive(d, k, language) for d in DIMENSIONS for k in range(1, LEVELS)]
+    except ValueError:          # a language without step directives
+        return []
+    steps = [s for s in steps if not any(s in a for a in avoid)]
     return [f"Make this one change to the parent, and keep the rest of it: {rng.choice(steps)}."] if steps else []

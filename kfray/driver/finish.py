@@ -208,7 +208,7 @@ def run_usage(co, island_states: list[dict]) -> dict:
 def ledger_usage(co) -> dict:
     """The run-wide ledger's own snapshot, for a stopped run whose islands did not answer in time: an
     island in the middle of a model's answer (minutes on a local server) answers nothing else, and
-    the stored checkpoints carry no usage. The ledger actor never waits on a model."""
+    the stored checkpoints carry an older usage, if any. The ledger actor never waits on a model."""
     from kfray.proposers.models import ledger_name
     from kfray.search.prompt_evolver import evolver_name
 
