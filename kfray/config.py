@@ -144,6 +144,8 @@ class ProposerConfig:
                                      # auto (a bandit between the two)
     repair: bool = True              # a child that fails to compile or check goes back once, with its
                                      # diagnostics, for a fix (the budget counts the pair once)
+    repeat_asks: int = 1             # an answer that repeats a kernel tried is asked again this often,
+                                     # then edited by kfray (origin llm+edit); 0 on a one-slot local endpoint
     repair_asks: bool = True         # a failure no fix-up mends is sent to the model (else only the
                                      # fix-ups run: off by default on a one-slot local endpoint)
     prompt_tokens: int = 3000        # prompt budget: contract, parent, feedback first; the rest while

@@ -213,8 +213,9 @@ def test_a_missing_header_is_fixed_without_asking_the_model_again(tmp_cache):
 def test_an_answer_that_repeats_a_kernel_is_asked_again_once_saying_so(tmp_cache, second):
     """A small model often answers with its parent unchanged. That answer is not evaluated; the
     model is asked once more, its prompt saying the last answer repeated a kernel, naming one concrete
-    change to make, and its temperature raised. A second repeat ends the asking (it comes back as the known kernel): two
-    requests, not the island's twelve tries, and both repeats are counted in the ledger."""
+    change to make, and its temperature raised. A second repeat ends the asking: kfray edits it into a
+    kernel the island has not tried (origin llm+edit). Two requests, not the island's twelve tries,
+    and both repeats are counted in the ledger."""
     from kfray.eval.evaluator import Evaluator
     from kfray.descriptors import DIMENSIONS, step_directive
     from kfray.prompts.builder import REPEATED
@@ -242,8 +243,38 @@ def test_an_answer_that_repeats_a_kernel_is_asked_again_once_saying_so(tmp_cache
             if second == "changed":
                 assert "#pragma omp simd" in child.source and counts["repeats"] == 1
             else:
-                assert child.source == seed.source and counts["repeats"] == 2
+                assert child.origin == "llm+edit" and counts["repeats"] == 2
+                assert (child.source, child.params) != (seed.source, seed.params)
             assert counts["proposal"] == 2
+    finally:
+        ev.shutdown()
+
+
+def test_with_repeat_asks_off_a_repeated_answer_is_edited_and_evaluated_for_one_request(tmp_cache):
+    """proposer.repeat_asks 0 (what a one-slot local endpoint gets): the model's answer that hands
+    back its parent is not asked again; kfray makes one offline edit of it, which the island has not
+    tried, and that kernel is evaluated and judged like any child: one request, one evaluation."""
+    from kfray.eval.evaluator import Evaluator
+    from kfray.proposers.models import request_counts
+    from kfray.source import source_hash
+
+    same = "```cpp\n" + AXPB + "```"
+    ev = Evaluator("cpu", EvalConfig(tune_budget=0, trials=1, repeats=1, min_time_s=0.0, warmup=0))
+    try:
+        with ScriptedServer([same], serial=True) as srv:
+            isl, seed = _seeded_island(srv, ev, repeat_asks=0)
+            known = set(isl.seen)
+            children = isl.propose(3)
+            assert len(srv.requests) == 3
+            for child in children:
+                assert child.origin == "llm+edit" and child.source.strip()
+                assert source_hash(child.source, child.params) not in known
+            assert len({source_hash(c.source, c.params) for c in children}) == 3    # three different kernels
+            results = [EvalResult.from_dict(ev.evaluate(c)) for c in children]
+            assert all(r.tier >= 2 for r in results), [r.reason for r in results]   # each one built and ran
+            records = isl.ingest(list(zip(children, results)))
+            assert [r["origin"] for r in records] == ["llm+edit"] * 3
+            assert request_counts(isl.proposer.usage_by_model(), 0)["repeats"] == 3
     finally:
         ev.shutdown()
 
@@ -483,6 +514,7 @@ def test_a_local_one_slot_endpoint_gets_islands_and_batch_that_keep_it_busy():
     assert cfg.prompts.evolve_every == 12 and "prompts.evolve_every=12" in line   # fewer requests that evaluate nothing
     assert cfg.proposer.prompt_tokens == 1500 and "proposer.prompt_tokens=1500" in line   # less to read per answer
     assert not cfg.proposer.repair_asks and "proposer.repair_asks=false" in line   # fix-ups only, no repair request
+    assert cfg.proposer.repeat_asks == 0 and "proposer.repeat_asks=0" in line   # a repeat is edited, not asked again
     asks = load_config(None, local + ["proposer.repair_asks=true"])
     assert "repair_asks" not in fit_to_endpoint(asks) and asks.proposer.repair_asks
     diff = load_config(None, local + ["proposer.edit_mode=diff"])

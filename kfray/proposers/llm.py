@@ -198,10 +198,9 @@ class LLMProposer(Proposer):
         self.pending[model] = max(0, self.pending.get(model, 0) - 1)
         self.ledger.reward(model, value)
 
-    # An answer that repeats a kernel already tried is asked again once, the prompt saying so and
-    # the temperature raised (ProposalContext.repeats); then the island moves on: the same prompt
-    # asked up to 11 more times held a local model's one slot for minutes per kernel.
-    repeat_asks = 1
+    # A repeated answer is asked again proposer.repeat_asks times, then edited (kfray.search.repeats)
+    repeat_asks = property(lambda self: max(0, int(getattr(self.cfg, "repeat_asks", 1))))
+
     REPEAT_HEAT = 0.3               # temperature added per repeat, up to 1.3
 
     def repeated(self, cand: Candidate, dropped: bool = True) -> None:

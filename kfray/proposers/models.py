@@ -162,7 +162,7 @@ def request_counts(snapshot: dict, llm_candidates: int) -> dict:
 def requests_text(counts: dict) -> str:
     return (f"LLM requests: {counts['total']} (proposals {counts['proposal']}, whole-file retries {counts['retry']}, "
             f"repairs {counts['repair']}, prompt evolution {counts['prompt']}"
-            + (f"; {counts['repeats']} answer(s) repeated a kernel already tried" if counts.get("repeats") else "")
+            + (f"; {counts['repeats']} answer(s) repeated a kernel already tried (asked again or edited)" if counts.get("repeats") else "")
             + "); "
             + (f"{counts['per_candidate']:.2f} per evaluated LLM candidate ({counts['llm_candidates']})"
                if counts["per_candidate"] is not None else "no LLM candidate evaluated yet"))

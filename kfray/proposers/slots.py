@@ -54,7 +54,9 @@ def fit_to_endpoint(cfg) -> str:
     45-minute run), prompts are held to LOCAL_PROMPT_TOKENS, and a failed child is mended by the
     fix-ups only, never sent back to the model (proposer.repair_asks off: in three 45-minute runs a
     1.5B model's repairs were 0 of 9 correct, the fix-ups' 10 of 19, and a repair takes the slot
-    for a whole answer); only where the configuration did not set them.
+    for a whole answer), and an answer that repeats a kernel is edited by kfray at once rather than
+    asked again (proposer.repeat_asks 0: half of a 1.5B model's answers were repeats, and the
+    re-asks repeated as often); only where the configuration did not set them.
     Returns the line that says what was chosen ("" if nothing)."""
     import os
 
@@ -84,6 +86,9 @@ def fit_to_endpoint(cfg) -> str:
     if "proposer.prompt_tokens" not in given and p.prompt_tokens > LOCAL_PROMPT_TOKENS:
         p.prompt_tokens = LOCAL_PROMPT_TOKENS
         chosen.append(f"proposer.prompt_tokens={LOCAL_PROMPT_TOKENS}")
+    if "proposer.repeat_asks" not in given and p.repeat_asks > 0:
+        p.repeat_asks = 0
+        chosen.append("proposer.repeat_asks=0")
     if "proposer.repair_asks" not in given and p.repair and p.repair_asks:
         p.repair_asks = False
         chosen.append("proposer.repair_asks=false")

@@ -14,7 +14,7 @@ from kfray.candidate import Candidate, EvalResult
 from kfray.config import SearchConfig
 from kfray.proposal import Elite, MetaPrompt, ProposalContext
 from kfray.proposers.base import Proposer
-from kfray.search import repair
+from kfray.search import repair, repeats
 from kfray.search.archive import REJECTED, Archive
 from kfray.descriptors import DIMENSIONS, describe, step_directive
 from kfray.search.qd_gradient import QDGradient, classify
@@ -163,20 +163,7 @@ class Island:
                 device_facts=self.device_facts, island=self.index, generation=self.generation + 1,
                 directives=self.directives(parent, target, g), occupied=occupied,
                 gradient=g if self.cfg.qd_directives else None, uniform=self.cfg.parents == "seeds")
-            attempts = 1 + min(self.RETRIES - 1, getattr(self.proposer, "repeat_asks", self.RETRIES))
-            for attempt in range(attempts):
-                child = self.describe(self.proposer.propose(ctx, self.rng))
-                if not child.source.strip():
-                    break
-                # A child this island has seen teaches nothing, nor does a near-duplicate of an elite:
-                # ask again (while the budget lasts, saying so); the last comes back as a known result.
-                seen = source_hash(child.source, child.params) in self.seen
-                near = not seen and self.is_near_duplicate(child)
-                self.near_duplicates += near
-                if not (seen or near) or self.proposer.exhausted:
-                    break
-                self.proposer.repeated(child, dropped=attempt + 1 < attempts)
-                ctx.repeats += 1
+            child = repeats.ask(self, ctx)
             if child.source.strip():
                 key = source_hash(child.source, child.params)
                 self.seen.add(key)
