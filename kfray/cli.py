@@ -35,10 +35,23 @@ def _cmd_run(args) -> int:
     if args.task:
         cfg.tasks = args.task
     preflight_llm(cfg.proposer)
+    _preflight_compiler(cfg)
     summary = run_search(cfg, args.run_dir, progress=not args.quiet)
     print_summary(summary)
     print(f"run folder: {summary['run_dir']} (summary.json, kfray.db, best/)")
     return 0
+
+
+def _preflight_compiler(cfg) -> None:
+    """A run on this machine alone whose evaluators all build with g++ stops before Ray starts
+    where there is no compiler (on a cluster, each node says so for itself and the rest go on)."""
+    import os
+
+    from kfray.config import hardware_classes
+    from kfray.eval.backends.cpu import compiler
+
+    if not (cfg.address or os.environ.get("RAY_ADDRESS")) and all(e.backend in ("cpu", "torch_ext_cpu") for e in hardware_classes(cfg)):
+        compiler()
 
 
 def _cmd_resume(args) -> int:

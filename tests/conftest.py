@@ -27,7 +27,7 @@ def pytest_unconfigure(config):
 # 2 cores) go first, each on its own, so that no worker is left with a long test at the end while
 # the other idles. A test missing from this list only costs time, never a result.
 LONG_FIRST = (
-    "test_cu_extension_compiles_with_nvcc", "test_sweep_of_two_robust_kbench_tasks_in_the_suites_form_on_two_evaluators",
+    "test_sweep_of_two_robust_kbench_tasks_in_the_suites_form_on_two_evaluators",
     "test_a_backward_kernel_that_rewrites_the_comparisons_of_its_process_is_still_rejected",
     "test_a_kernel_whose_forked_processes_keep_its_request_thread_waiting_does_not_hide_a_patched_clock",
     "test_a_load_inline_modelnew_is_built_into_the_compile_cache_once",

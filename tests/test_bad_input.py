@@ -168,6 +168,7 @@ def test_missing_compiler_named_by_cxx(tmp_path):
     assert out.returncode == 2, out.stderr
     _one_clear_line(out.stderr, "CXX is set to '/nonexistent/g++'", "set CXX to a C++ compiler")
     assert time.time() - t0 < 120
+    assert not (tmp_path / "r").exists(), "a run on this machine alone stops before anything starts"
 
 
 def test_no_compiler_on_path(tmp_path):
@@ -179,6 +180,7 @@ def test_no_compiler_on_path(tmp_path):
                env=env)
     assert out.returncode == 2, out.stderr
     _one_clear_line(out.stderr, "needs g++ and none is on PATH", "apt-get install g++")
+    assert not (tmp_path / "r").exists(), "a run on this machine alone stops before anything starts"
 
 
 # --- the LLM endpoint -------------------------------------------------------------------------------

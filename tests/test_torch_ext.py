@@ -13,7 +13,6 @@ import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -344,22 +343,17 @@ needs_cuda_torch = pytest.mark.skipif(shutil.which("nvcc") is None or torch.vers
                                       reason="needs nvcc and a CUDA build of PyTorch")
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (a CUDA toolkit)")
-def test_cu_extension_compiles_with_nvcc(tasks, cache_env, monkeypatch):
-    """Where a CUDA toolkit is present: against a CPU-only PyTorch too (no CUDA libraries to link)."""
-    monkeypatch.setenv("KFRAY_CUDA_ARCH", "sm_90")
-    backend = get_backend("torch_ext_cuda", EvalConfig())
-    build = backend.compile(LINEAR_RELU_CU, {}, load_task(tasks["kb"]))
-    assert Path(build.artifact).is_file()
-    assert backend.compile(LINEAR_RELU_CU, {}, load_task(tasks["kb"])).cached
-
-
 @pytest.mark.gpu
 @needs_cuda_torch
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="PyTorch sees no GPU")
 def test_cu_extension_is_correct_and_timed_on_the_gpu(tasks, cache_env):
     from kfray.eval.evaluator import Evaluator
 
+    # (the nvcc build of a CUDA extension against a CPU-only PyTorch, which no user can run, was a
+    # 100 s test on CI's 2 cores; the build is checked here, where it runs)
+    backend = get_backend("torch_ext_cuda", EvalConfig())
+    assert not backend.compile(LINEAR_RELU_CU, {}, load_task(tasks["kb"])).cached
+    assert backend.compile(LINEAR_RELU_CU, {}, load_task(tasks["kb"])).cached
     ev = Evaluator("torch_ext_cuda", EvalConfig(timeout_s=300))
     try:
         r = _eval(ev, tasks["kb"], LINEAR_RELU_CU)
