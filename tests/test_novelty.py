@@ -32,20 +32,21 @@ def test_similarity():
 class _Scripted(Proposer):
     """Hands out the sources it was given, in order, with the parent's params."""
 
-    def __init__(self, sources):
+    def __init__(self, sources, origin="llm:test"):
         self.sources = list(sources)
         self.calls = 0
+        self.origin = origin
 
     def propose(self, ctx: ProposalContext, rng) -> Candidate:
         src = self.sources[min(self.calls, len(self.sources) - 1)]
         self.calls += 1
         params = dict(ctx.parent.candidate.params) if ctx.parent else parse_params(src).default()
         return Candidate(task=ctx.task.name, language=ctx.language, source=src, params=params,
-                         parent_id=ctx.parent.candidate.id if ctx.parent else None, origin="llm:test")
+                         parent_id=ctx.parent.candidate.id if ctx.parent else None, origin=self.origin)
 
 
-def _island(sources, near=0.98) -> tuple[Island, _Scripted]:
-    prop = _Scripted(sources)
+def _island(sources, near=0.98, origin="llm:test") -> tuple[Island, _Scripted]:
+    prop = _Scripted(sources, origin)
     isl = Island(0, "matmul", "cpp", SearchConfig(near_duplicate=near, explore=0, exploit=1, random=0), prop)
     c = isl.describe(Candidate(task="matmul", language="cpp", source=BASE, params=parse_params(BASE).default(),
                                origin="seed:tiled"))
@@ -78,9 +79,15 @@ def test_near_duplicate_checks_cell_params_and_threshold():
 
 def test_exact_duplicates_are_never_handed_out_twice():
     isl, prop = _island([BASE])      # the proposer only ever repeats the seed
+    seed = isl.archive.elites()[0].candidate
     kids = isl.propose(1)
     assert prop.calls == Island.RETRIES          # it kept asking for something new
-    assert kids[0].source == BASE                # and gave up: the coordinator drops the known kernel
+    # then the model's last repeat is edited into a kernel the island has not tried (kfray.search.repeats)
+    assert kids[0].origin == "llm+edit" and (kids[0].source, kids[0].params) != (seed.source, seed.params)
+    own, prop = _island([BASE], origin="offline:test")
+    kids = own.propose(1)
+    assert prop.calls == Island.RETRIES          # a proposer of its own gives up: the coordinator drops the known kernel
+    assert kids[0].source == BASE and kids[0].origin == "offline:test"
 
 
 def test_offline_search_still_moves_with_the_filter_on():

@@ -117,7 +117,11 @@ class Coordinator:
     def _stopped(self, t_start: float) -> RunStopped:
         """Record what finished, mark the run stopped and write its summary as a finished run does;
         the error's one line says how to go on."""
-        rows = [(c, r, None) for _, c, r in self.poll()]
+        rows = []
+        for label, c, r in self.poll():
+            if c.id in self.ledger.owners:       # counted in the summary, as the loop would have
+                self.ledger.result(label, c, r)
+            rows.append((c, r, None))
         self.store.add_candidates(rows)
         self.store.set_meta(status="stopped", stopped=time.time())
         try:
