@@ -50,7 +50,8 @@ def _preflight_compiler(cfg) -> None:
     from kfray.config import hardware_classes
     from kfray.eval.backends.cpu import compiler
 
-    if not (cfg.address or os.environ.get("RAY_ADDRESS")) and all(e.backend in ("cpu", "torch_ext_cpu") for e in hardware_classes(cfg)):
+    local = not (cfg.address or os.environ.get("RAY_ADDRESS"))
+    if local and all(e.backend in ("cpu", "torch_ext_cpu") for e in hardware_classes(cfg)):
         compiler()
 
 

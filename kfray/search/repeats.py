@@ -54,7 +54,10 @@ def edit(island, ctx: ProposalContext, child: Candidate) -> Candidate | None:
     base = dataclasses.replace(ctx, parent=Elite(child, result))
     offline = OfflineProposer()
     for _ in range(EDIT_TRIES):
-        c = island.describe(offline.propose(base, island.rng))
+        try:
+            c = island.describe(offline.propose(base, island.rng))
+        except Exception:  # noqa: BLE001 - an edit that misreads a model's source is no edit
+            return None
         if not c.source.strip() or source_hash(c.source, c.params) in island.seen or island.is_near_duplicate(c):
             continue
         c.origin, c.parent_id, c.prompt_id = EDITED, child.parent_id, child.prompt_id
