@@ -36,12 +36,13 @@ def ask(island, ctx: ProposalContext) -> Candidate:
     return child                  # the last repeat comes back as a known result
 
 
-def repeats(island, child: Candidate) -> bool:
-    """Seen by the island already, or a near-duplicate of its cell's elite (counted)."""
+def repeats(island, child: Candidate, count: bool = True) -> bool:
+    """Seen by the island already, or a near-duplicate of its cell's elite (counted where `count`:
+    a model's answer is, kfray's own tries at an edit are not)."""
     if source_hash(child.source, child.params) in island.seen:
         return True
     near = island.is_near_duplicate(child)
-    island.near_duplicates += near
+    island.near_duplicates += near and count
     return near
 
 
@@ -58,7 +59,7 @@ def edit(island, ctx: ProposalContext, child: Candidate) -> Candidate | None:
             c = island.describe(offline.propose(base, island.rng))
         except Exception:  # noqa: BLE001 - an edit that misreads a model's source is no edit
             return None
-        if not c.source.strip() or source_hash(c.source, c.params) in island.seen or island.is_near_duplicate(c):
+        if not c.source.strip() or repeats(island, c, count=False):
             continue
         c.origin, c.parent_id, c.prompt_id = EDITED, child.parent_id, child.prompt_id
         c.propose_seconds = child.propose_seconds + c.propose_seconds
