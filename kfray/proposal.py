@@ -50,3 +50,4 @@ class ProposalContext:
     uniform: bool = False             # random search: uniform operators and parameters, no steering
     repair: bool = False              # `parent` failed (compile error, wrong values): fix it, once
     repeats: int = 0                  # this child's earlier answers repeated kernels already tried
+    comments: bool = True             # sources shown with their comments (off: shown and asked without)

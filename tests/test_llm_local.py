@@ -279,6 +279,49 @@ def test_with_repeat_asks_off_a_repeated_answer_is_edited_and_evaluated_for_one_
         ev.shutdown()
 
 
+COMMENTED = """\
+#include <cstdint>
+// quokka: y = a * x + b in one pass over x
+// @kf.param UNROLL in [1, 2]
+extern "C" int kf_forward(const float* x, float* y, float a, float b, int64_t n) {
+    /* wombat: a plain loop the compiler vectorises */
+    for (int64_t i = 0; i < n; ++i)
+        y[i] = a * x[i] + b;   // numbat: one multiply-add per element
+    return 0;
+}
+"""
+
+
+def test_with_comments_off_the_model_reads_and_writes_kernels_without_them(tmp_cache):
+    """proposer.comments off (a one-slot local endpoint): the parent reaches the model without its
+    comments but with its @kf lines, the model is told to write none, an answer that hands back the
+    parent so shown is still known as a repeat (and edited), and a changed one is built and correct."""
+    from kfray.eval.evaluator import Evaluator
+
+    bare = COMMENTED.replace("// quokka: y = a * x + b in one pass over x\n", "").replace(
+        "    /* wombat: a plain loop the compiler vectorises */\n", "").replace("   // numbat: one multiply-add per element", "")
+    changed = bare.replace("for (int64_t i", "#pragma omp simd\n    for (int64_t i")
+    ev = Evaluator("cpu", EvalConfig(tune_budget=0, trials=1, repeats=1, min_time_s=0.0, warmup=0))
+    try:
+        with ScriptedServer(["```cpp\n" + bare + "```", "```cpp\n" + changed + "```"], serial=True) as srv:
+            isl = Island(0, "axpb", "cpp", SearchConfig(islands=1, batch=1),
+                         LLMProposer(_cfg(srv, edit_mode="rewrite", repeat_asks=0, comments=False)))
+            seed = Candidate(task="axpb", language="cpp", source=COMMENTED, params={"UNROLL": 1}, origin="seed:plain")
+            isl.seed([(seed, EvalResult.from_dict(ev.evaluate(seed)))])
+            repeat, = isl.propose(1)
+            prompt = srv.requests[0]["messages"][1]["content"]
+            assert bare.strip() in prompt and "// @kf.param UNROLL in [1, 2]" in prompt
+            assert "quokka" not in prompt and "wombat" not in prompt and "numbat" not in prompt
+            assert "Write no comments" in prompt
+            assert repeat.origin == "llm+edit"              # the bare parent is the parent: a repeat
+            child, = isl.propose(1)
+            assert child.origin.startswith("llm:") and child.source.strip() == changed.strip()
+            res = EvalResult.from_dict(ev.evaluate(child))
+            assert res.tier == 5, res.reason
+    finally:
+        ev.shutdown()
+
+
 def test_with_repair_asks_off_only_the_fix_ups_mend_a_child_and_the_model_is_not_asked_again(tmp_cache):
     """proposer.repair_asks off (what a one-slot local endpoint gets): a compile error the fix-ups
     name is mended without the model; what they cannot mend (a missing semicolon), a wrong value,
@@ -515,6 +558,7 @@ def test_a_local_one_slot_endpoint_gets_islands_and_batch_that_keep_it_busy():
     assert cfg.proposer.prompt_tokens == 1500 and "proposer.prompt_tokens=1500" in line   # less to read per answer
     assert not cfg.proposer.repair_asks and "proposer.repair_asks=false" in line   # fix-ups only, no repair request
     assert cfg.proposer.repeat_asks == 0 and "proposer.repeat_asks=0" in line   # a repeat is edited, not asked again
+    assert not cfg.proposer.comments and "proposer.comments=false" in line      # a fifth fewer tokens to read and write
     asks = load_config(None, local + ["proposer.repair_asks=true"])
     assert "repair_asks" not in fit_to_endpoint(asks) and asks.proposer.repair_asks
     diff = load_config(None, local + ["proposer.edit_mode=diff"])

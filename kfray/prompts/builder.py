@@ -12,6 +12,7 @@ from kfray.eval.profile_facts import profile_text
 from kfray.prompts.budget import Section, estimate_tokens, fit
 from kfray.prompts.contracts import kernel_contract
 from kfray.proposal import Elite, ProposalContext
+from kfray.source import strip_comments
 
 DIMENSIONS = ("memory", "compute", "parallelism")
 MAX_SOURCE_LINES = 200          # parent / seed source
@@ -21,6 +22,7 @@ REPEATED = ("Your last answer repeated a kernel that was already tried (the pare
             "archive holds): this time change the code itself.")
 
 _FENCE = {"cpp": "cpp", "cuda": "cuda", "sycl": "cpp", "opencl": "c", "suite": "cuda"}
+COMMENTED = ("cpp", "cuda", "sycl", "opencl", "sycl_jit")     # languages with // and /* */ comments
 _LANG_NAME = {"cpp": "C++ (CPU, OpenMP allowed)", "cuda": "CUDA C++", "sycl": "SYCL C++",
               "opencl": "OpenCL C"}
 
@@ -56,8 +58,19 @@ def _section(title: str, body: str) -> str:
     return f"## {title}\n{body.strip()}\n"
 
 
-def _code(source: str, language: str, max_lines: int) -> str:
-    return f"```{fence_tag(language)}\n{_truncate(source, max_lines)}\n```"
+def _shown(source: str, language: str, comments: bool = True) -> str:
+    """A source as the model reads it: without its comments where they are off (C-family only)."""
+    return source if comments or language not in COMMENTED else strip_comments(source)
+
+
+def _comments(ctx: ProposalContext) -> bool:
+    """Whether sources are shown with their comments: where the context says so, and always in a
+    repair, whose compiler messages give line numbers of the source as it was."""
+    return ctx.comments or ctx.repair
+
+
+def _code(source: str, language: str, max_lines: int, comments: bool = True) -> str:
+    return f"```{fence_tag(language)}\n{_truncate(_shown(source, language, comments), max_lines)}\n```"
 
 
 def _elite_header(e: Elite) -> str:
@@ -104,14 +117,20 @@ MAX_DIAGNOSTIC_CHARS = 2000
 
 
 def edit_base(ctx: ProposalContext) -> str | None:
-    """The source a diff edits: the parent's, else the baseline seed's (None: nothing to edit)."""
+    """The source a diff edits, as the prompt shows it: the parent's, else the baseline seed's
+    (None: nothing to edit)."""
     if ctx.parent is not None:
-        return ctx.parent.candidate.source
+        return _shown(ctx.parent.candidate.source, ctx.language, _comments(ctx))
     seed = ctx.task.baseline_seed(ctx.language)
-    return seed.source if seed is not None else None
+    return _shown(seed.source, ctx.language, _comments(ctx)) if seed is not None else None
 
 
-def _output_format(lang: str, mode: str) -> str:
+def _output_format(lang: str, mode: str, comments: bool = True) -> str:
+    bare = "" if comments or lang not in COMMENTED else " Write no comments; keep the @kf lines."
+    return _format(lang, mode) + bare
+
+
+def _format(lang: str, mode: str) -> str:
     if mode == "diff":
         return ("Change the kernel above with SEARCH/REPLACE blocks, one block per change, like this:\n"
                 f"{DIFF_EXAMPLE}\n"
@@ -149,6 +168,7 @@ def prompt_sections(ctx: ProposalContext, mode: str = "rewrite") -> list[Section
     """The user message's sections, in display order, each with its priority for the budget."""
     task, lang = ctx.task, ctx.language
     full = mode == "diff" or ctx.repair       # an edited source must be shown whole
+    keep = _comments(ctx)
     src_lines = 10_000 if full else MAX_SOURCE_LINES
     out = []
     body = f"**{task.name}**: {task.description}"
@@ -168,7 +188,7 @@ def prompt_sections(ctx: ProposalContext, mode: str = "rewrite") -> list[Section
     elif ctx.parent is not None:
         p = ctx.parent
         out.append(Section(_section("Parent kernel (improve this)",
-                                    f"{_elite_header(p)}\n{_code(p.candidate.source, lang, src_lines)}\n"
+                                    f"{_elite_header(p)}\n{_code(p.candidate.source, lang, src_lines, keep)}\n"
                                     f"Evaluation feedback: {p.result.feedback()}")))
         tuning = _tuning(p)
         if tuning:
@@ -180,7 +200,7 @@ def prompt_sections(ctx: ProposalContext, mode: str = "rewrite") -> list[Section
         seed = task.baseline_seed(lang)
         if seed is not None:
             out.append(Section(_section("Starting point (baseline seed; no correct kernel yet)",
-                                        _code(seed.source, lang, src_lines))))
+                                        _code(seed.source, lang, src_lines, keep))))
     if ctx.meta_prompt and not ctx.repair:     # after the parent: see system_message
         for key, title, prio in (("philosophy", "Approach", 2), ("strategies", "Strategies", 2),
                                  ("pitfalls", "Pitfalls to avoid", 3), ("analysis", "How to analyse", 5)):
@@ -190,7 +210,7 @@ def prompt_sections(ctx: ProposalContext, mode: str = "rewrite") -> list[Section
         for i, e in enumerate(ctx.inspirations, 1):
             out.append(Section(_section(f"Another kernel from the archive (ideas to borrow) {i}",
                                         f"speedup {e.result.speedup:.3f}x; {_elite_header(e)}\n"
-                                        + _code(e.candidate.source, lang, MAX_INSPIRATION_LINES)), 6 + i))
+                                        + _code(e.candidate.source, lang, MAX_INSPIRATION_LINES, keep)), 6 + i))
     if ctx.target_cell and not ctx.repair:
         cell = ", ".join(_level(d, lvl) for d, lvl in zip(DIMENSIONS, ctx.target_cell))
         out.append(Section(_section("Target style", f"Aim for a kernel with {cell}."), 2))
@@ -200,7 +220,7 @@ def prompt_sections(ctx: ProposalContext, mode: str = "rewrite") -> list[Section
         directives[:0] = [REPEATED, *change_directive(lang, pick, directives)]
     if directives and not ctx.repair:
         out.append(Section(_section("Directives", "\n".join(f"- {d}" for d in directives)), 1))
-    out.append(Section(_section("Output format", _output_format(lang, mode))))
+    out.append(Section(_section("Output format", _output_format(lang, mode, keep))))
     return out
 
 

@@ -9,6 +9,7 @@ kernel sent back once with its diagnostics. `propose` never raises: a failure is
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -267,7 +268,7 @@ class LLMProposer(Proposer):
     # -- proposals -----------------------------------------------------------------------------
 
     def propose(self, ctx: ProposalContext, rng) -> Candidate:
-        t0 = time.monotonic()
+        t0, ctx = time.monotonic(), dataclasses.replace(ctx, comments=getattr(self.cfg, "comments", True))
         parent = ctx.parent.candidate if ctx.parent else None
         spec = self.choose(rng)
         mode = self.choose_mode(ctx)
