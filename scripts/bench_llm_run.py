@@ -7,7 +7,8 @@ answers become an evaluated kernel?
 (`scripts/bench_llm.py run ...` runs this.) It runs `kfray run --task softmax --task axpb` with the
 LLM proposer at the defaults for a local endpoint and `search.budget=24`, for at most `--limit`
 seconds (45 minutes; then SIGTERM, which still writes the summary), with the model reached through a
-small logging proxy on 127.0.0.1 that records when each request was sent and answered. From the
+small logging proxy on 127.0.0.1 that records when each request was sent and answered (and writes
+each request and its answer to RUN_DIR.transcript.jsonl beside the run). From the
 proxy's log, the run's database and its summary it prints, beside the targets:
 
 - evaluated LLM candidates per model request (>= 0.9);
@@ -41,9 +42,28 @@ TARGETS = {"evaluated_per_request": 0.9, "longest_idle_s": 300.0, "compiled_shar
 HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
 
 
-def start_proxy(upstream: str) -> tuple[ThreadingHTTPServer, list[dict]]:
+def answer_text(raw: bytes) -> str:
+    """The assistant's text of a chat answer as the server sent it: streamed events or one body."""
+    text = raw.decode("utf-8", "replace")
+    try:
+        return json.loads(text)["choices"][0]["message"]["content"] or ""
+    except (ValueError, KeyError, IndexError, TypeError):
+        pass
+    out = []
+    for line in text.splitlines():
+        if line.startswith("data:") and line[5:].strip() not in ("", "[DONE]"):
+            try:
+                out.append(json.loads(line[5:])["choices"][0]["delta"].get("content") or "")
+            except (ValueError, KeyError, IndexError, TypeError):
+                pass
+    return "".join(out)
+
+
+def start_proxy(upstream: str, transcript: Path | None = None) -> tuple[ThreadingHTTPServer, list[dict]]:
     """A forwarding proxy on 127.0.0.1 (a free port) to `upstream` (also 127.0.0.1), streaming the
-    answers through as they come and logging each request's send and answer times."""
+    answers through as they come and logging each request's send and answer times; with
+    `transcript`, each request's messages and its answer go there too, a JSON line each (what a
+    slow answer held: prose, code, comments)."""
     up = urlsplit(upstream)
     log: list[dict] = []
 
@@ -67,16 +87,25 @@ def start_proxy(upstream: str) -> tuple[ThreadingHTTPServer, list[dict]]:
             self.send_header("Transfer-Encoding", "chunked")
             self.send_header("Connection", "close")
             self.end_headers()
-            while True:
-                chunk = resp.read1(65536)
-                if not chunk:
-                    break
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                self.wfile.flush()
-            self.wfile.write(b"0\r\n\r\n")
+            got, closed = [], False
+            try:
+                while True:
+                    chunk = resp.read1(65536)
+                    if not chunk:
+                        break
+                    got.append(chunk)
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    self.wfile.flush()
+                self.wfile.write(b"0\r\n\r\n")
+            except (BrokenPipeError, ConnectionResetError):
+                closed = True       # kfray ended the answer (it had its file): the server must stop too
             conn.close()
             if method == "POST" and "chat/completions" in self.path:
-                log.append({"sent": t0, "answered": time.time(), "status": resp.status})
+                log.append({"sent": t0, "answered": time.time(), "status": resp.status, "closed_by_kfray": closed})
+                if transcript is not None:
+                    with open(transcript, "a") as f:
+                        f.write(json.dumps({**log[-1], "messages": json.loads(body or b"{}").get("messages"),
+                                            "answer": answer_text(b"".join(got))}) + "\n")
             self.close_connection = True
 
         def do_POST(self):
@@ -160,9 +189,9 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if urlsplit(a.base_url).hostname not in ("127.0.0.1", "localhost"):
         raise SystemExit("bench_llm_run: the endpoint must be on 127.0.0.1 (a local model)")
-    server, log = start_proxy(a.base_url)
-    proxied = f"http://127.0.0.1:{server.server_address[1]}{urlsplit(a.base_url).path}"
     run_dir = Path(a.run_dir or f"/tmp/kfray-llm-run-{int(time.time())}")
+    server, log = start_proxy(a.base_url, run_dir.with_name(run_dir.name + ".transcript.jsonl"))
+    proxied = f"http://127.0.0.1:{server.server_address[1]}{urlsplit(a.base_url).path}"
     cmd = [sys.executable, "-m", "kfray.cli", "run", "--task", "softmax", "--task", "axpb", "--quiet",
            "--run-dir", str(run_dir), "--set", "proposer.kind=llm", "--set", f"proposer.base_url={proxied}",
            "--set", f"proposer.model={a.model}", "--set", f"search.budget={a.budget}",

@@ -437,7 +437,7 @@ def test_edit_that_does_not_apply_is_asked_again_as_a_whole_file():
 
 def test_a_local_models_answer_is_bounded_by_the_source_it_rewrites():
     from kfray.proposal import ProposalContext
-    from kfray.proposers.llm import answer_tokens
+    from kfray.proposers.answers import answer_tokens
     from kfray.tasks import load_task
 
     task = load_task("axpb")
@@ -453,6 +453,32 @@ def test_a_local_models_answer_is_bounded_by_the_source_it_rewrites():
     assert edits <= whole_file, (edits, whole_file)
     # nothing to go by, or a source longer than the ceiling: proposer.max_tokens as set
     assert answer_tokens(None, "rewrite", 4096) == 4096 and answer_tokens("x" * 30000, "rewrite", 4096) == 4096
+
+
+def test_a_local_models_whole_file_ends_where_its_code_block_does():
+    """A small model writes on after its file (an explanation nobody reads); on a one-slot server
+    each of those tokens is the whole server's time. The streamed answer ends at the closing fence
+    of a block that holds kf_forward: the client hangs up and the file is the kernel. A block
+    without the entry point, or one still open, does not end it."""
+    from kfray.proposal import ProposalContext
+    from kfray.proposers.answers import written
+    from kfray.tasks import load_task
+
+    prose = " ".join(["and this is why the loop is faster"] * 60)
+    answer = "Here is the kernel.\n```cpp\n" + AXPB + "```\n" + prose
+    task = load_task("axpb")
+    ctx = ProposalContext(task=task, language="cpp", parent=None, inspirations=[], target_cell=None,
+                          meta_prompt=None, device_facts={}, island=0, generation=1)
+    with ScriptedServer([answer], token_delay_s=0.002) as srv:
+        c = LLMProposer(_cfg(srv, edit_mode="rewrite")).propose(ctx, random.Random(0))
+        deadline = time.monotonic() + 10
+        while srv.dropped == 0 and srv.in_flight and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert c.source.strip() == AXPB.strip(), c.no_code_reason
+        assert srv.dropped == 1                  # the client hung up before the prose was sent
+    assert written("```cpp\n" + AXPB + "```", "cpp")
+    assert not written("```cpp\n" + AXPB, "cpp")                              # still open
+    assert not written("```cpp\n#include <cmath>\n```\nnow the kernel:", "cpp")   # no entry point yet
 
 
 class _TaskServer(ScriptedServer):

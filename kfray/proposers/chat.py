@@ -61,7 +61,8 @@ class Endpoint:
         timeout = openai.Timeout(cfg.timeout_s, connect=min(10.0, cfg.timeout_s))
         self.client = openai.OpenAI(base_url=url, api_key=key, max_retries=0, timeout=timeout)
 
-    def _once(self, model: str, messages: list[dict], max_tokens: int, temperature: float | None = None) -> Answer:
+    def _once(self, model: str, messages: list[dict], max_tokens: int, temperature: float | None = None,
+              done=None) -> Answer:
         cfg = self.cfg
         heat = cfg.temperature if temperature is None else temperature
         # A fresh sampling seed per request: llama.cpp's server restores a cached prompt's state, its
@@ -78,8 +79,8 @@ class Endpoint:
         stream = self.client.chat.completions.create(
             model=model, messages=messages, temperature=heat, max_tokens=max_tokens, seed=seed,
             stream=True, stream_options={"include_usage": True})
-        parts, chunks, usage = [], 0, None
-        with stream:
+        parts, chunks, usage, ended = [], 0, None, False
+        with stream:            # leaving it closes the connection: a server then stops writing
             for ev in stream:
                 if getattr(ev, "usage", None) is not None:
                     usage = ev.usage
@@ -87,6 +88,9 @@ class Endpoint:
                     if ch.delta is not None and ch.delta.content:
                         parts.append(ch.delta.content)
                         chunks += 1
+                        ended = ended or (done is not None and "`" in ch.delta.content and done("".join(parts)))
+                if ended:
+                    break
         text = "".join(parts)
         if usage is not None:
             return Answer(text, usage.prompt_tokens or 0, usage.completion_tokens or 0)
@@ -95,10 +99,11 @@ class Endpoint:
         return Answer(text, sum(len(str(m.get("content", ""))) for m in messages) // 4, chunks)
 
     def complete(self, model: str, messages: list[dict], max_tokens: int | None = None,
-                 rank: float | None = None, temperature: float | None = None) -> Answer:
+                 rank: float | None = None, temperature: float | None = None, done=None) -> Answer:
         """One answer, retried on transient errors; raises KfrayError naming the endpoint. `rank`:
         its place among the requests waiting for a slot (kfray.proposers.slots); `temperature`:
-        this request's, where not the config's."""
+        this request's, where not the config's; `done(text)`: true once a streamed answer holds all
+        that will be read of it, which ends the answer there."""
         cfg = self.cfg
         attempts = cfg.max_retries + 1
         holder = uuid.uuid4().hex
@@ -110,7 +115,7 @@ class Endpoint:
                     t1 = time.monotonic()
                     waited += t1 - t0
                     try:
-                        ans = self._once(model, messages, max_tokens or cfg.max_tokens, temperature)
+                        ans = self._once(model, messages, max_tokens or cfg.max_tokens, temperature, done)
                     finally:
                         spent += time.monotonic() - t1
             except openai.OpenAIError as e:

@@ -13,7 +13,6 @@ import dataclasses
 import json
 import math
 import os
-import re
 import time
 
 import yaml
@@ -23,6 +22,7 @@ from kfray.config import ProposerConfig
 from kfray.errors import ConfigError, KfrayError
 from kfray.prompts.budget import Section, estimate_tokens, fit
 from kfray.prompts.builder import build_messages, edit_base
+from kfray.proposers.answers import answer_tokens, complete, extract_code, fenced_blocks, open_block, written
 from kfray.proposers.base import Proposer, ProposalContext
 from kfray.proposers.chat import Endpoint
 from kfray.proposers.diff_edit import EditError, apply_edits, has_edits, parse_edits
@@ -31,74 +31,8 @@ from kfray.proposers.slots import EndpointSlots, default_limit, is_local
 from kfray.source import parse_params
 
 META_SECTIONS = ("philosophy", "strategies", "pitfalls", "analysis")
-_CODE_TAGS = {"", "cpp", "c++", "cuda", "cu", "c", "sycl", "opencl", "cl"}
-_SUITE_TAGS = _CODE_TAGS | {"python", "py"}      # a KernelBench ModelNew file is Python
-_FENCE_RE = re.compile(r"^[ \t]*```[ \t]*([\w+.-]*)[^\n]*\n(.*?)^[ \t]*```", re.M | re.S)
 MODES = ("diff", "rewrite")
 EDIT_FAILED = "the edit does not apply: "
-
-
-def fenced_blocks(text: str) -> list[tuple[str, str]]:
-    """(tag, body) of every fenced code block, tag lower-cased."""
-    return [(m.group(1).lower(), m.group(2)) for m in _FENCE_RE.finditer(text or "")]
-
-
-def extract_code(text: str, language: str) -> str | None:
-    """The kernel source in a model's answer: the largest code block that holds the entry point (for
-    OpenCL any `__kernel`, for run-time SYCL a `@kf.launch` declaration, else `kf_forward`), or None."""
-    marker = re.compile({"opencl": r"__kernel\b|\bkernel\s+void\b", "sycl_jit": r"@kf\.launch\b",
-                         "suite": r"^class\s+ModelNew\b|PYBIND11_MODULE"}
-                        .get(language, r"\bkf_forward\b"), re.M)
-    tags = _SUITE_TAGS if language == "suite" else _CODE_TAGS
-    usable = [body for tag, body in fenced_blocks(text) if tag in tags and marker.search(body)]
-    tail = open_block(text)
-    if tail is not None and tail[0] in tags and marker.search(tail[1]) and complete(tail[1], tail[0]):
-        usable.append(tail[1])
-    if not usable:
-        return None
-    return max(usable, key=len).strip() + "\n"
-
-
-_OPEN_FENCE_RE = re.compile(r"^[ \t]*```[ \t]*([\w+.-]*)[^\n]*\n(.*)\Z", re.M | re.S)
-
-
-def open_block(text: str) -> tuple[str, str] | None:
-    """(tag, body) of a code block the answer opens last and never closes: a small model forgets
-    the closing fence, and an answer cut at its length limit ends inside its block."""
-    text = text or ""
-    closed = list(_FENCE_RE.finditer(text))
-    m = _OPEN_FENCE_RE.search(text, closed[-1].end() if closed else 0)
-    return (m.group(1).lower(), m.group(2)) if m else None
-
-
-def complete(body: str, tag: str) -> bool:
-    """Whether a block without its closing fence holds a whole file: Python that parses, or C-like
-    source whose braces close (comments and strings aside, roughly)."""
-    if tag in ("python", "py"):
-        import ast
-
-        try:
-            ast.parse(body)
-            return True
-        except SyntaxError:
-            return False
-    code = re.sub(r"//[^\n]*|/\*.*?\*/|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'", "", body, flags=re.S)
-    return code.count("{") > 0 and code.count("{") == code.count("}") and code.rstrip().endswith(("}", ";"))
-
-
-def answer_tokens(base: str | None, mode: str, ceiling: int) -> int:
-    """The most a local model may write in one answer: about twice the source it rewrites (a whole
-    file and a few lines around it), about that source for edits, at least 512 tokens, never more
-    than proposer.max_tokens. In a 45-minute run of a 1.5B model on 2 cores, three answers wrote on
-    past their file and ended with no closing fence, one of them 6.3 minutes of the server's time
-    with nothing evaluated meanwhile (proposer.max_tokens was 4096)."""
-    if not base:
-        return ceiling
-    est = len(base) // 3 + 1                   # code: about three characters a token
-    want = 2 * est + 256 if mode == "rewrite" else est + 256
-    return min(ceiling, max(512, want))
-
-
 class LLMProposer(Proposer):
     """Proposes children by asking a chat model; also rewrites meta-prompts for the PromptEvolver.
 
@@ -221,16 +155,18 @@ class LLMProposer(Proposer):
     # -- the chat call -------------------------------------------------------------------------
 
     def complete(self, messages: list[dict], spec=None, purpose: str = "proposal", base: str | None = None,
-                 mode: str = "", temperature: float | None = None) -> str:
+                 mode: str = "", temperature: float | None = None, language: str = "") -> str:
         """One chat completion, with our retries. Raises KfrayError naming the endpoint on failure.
         `purpose` is what the request is accounted as (kfray.proposers.models.PURPOSES); `base` and
-        `mode`, the source the answer edits or rewrites, bound a local model's answer (answer_tokens)."""
+        `mode`, the source the answer edits or rewrites, bound a local model's answer (answer_tokens),
+        and a local model's whole file in `language` ends where its code block does (answers.written)."""
         spec = spec or self.choose()
         endpoint = self.endpoints[spec.model]
         limit = answer_tokens(base, mode, self.cfg.max_tokens) if mode and is_local(endpoint.url) else None
+        done = (lambda text: written(text, language)) if limit and mode == "rewrite" and language else None
         try:
             ans = endpoint.complete(spec.model, messages, max_tokens=limit, rank=self.batch_began,
-                                    temperature=temperature)
+                                    temperature=temperature, done=done)
         except KfrayError:
             self.usage["failures"] += 1
             self.ledger.charge(spec.model, 0, 0, 0.0, failed=True)
@@ -284,7 +220,8 @@ class LLMProposer(Proposer):
         try:
             messages = build_messages(ctx, mode, getattr(self.cfg, "prompt_tokens", 0))
             heat = min(1.3, self.cfg.temperature + self.REPEAT_HEAT * ctx.repeats) if ctx.repeats else None
-            text = self.complete(messages, spec, "repair" if ctx.repair else "proposal", edit_base(ctx), mode, heat)
+            text = self.complete(messages, spec, "repair" if ctx.repair else "proposal", edit_base(ctx), mode, heat,
+                                 ctx.language)
             self.last["answers"] = [text]
             code, why = self.read_answer(text, ctx, mode)
             if code is None and mode == "diff" and getattr(self.cfg, "repair", False):
@@ -295,7 +232,7 @@ class LLMProposer(Proposer):
                 tokens = dict(prompt_tokens=self.last.get("prompt_tokens", 0),
                               completion_tokens=self.last.get("completion_tokens", 0))
                 text = self.complete(build_messages(ctx, "rewrite", getattr(self.cfg, "prompt_tokens", 0)), spec,
-                                     "retry", edit_base(ctx), "rewrite", heat)
+                                     "retry", edit_base(ctx), "rewrite", heat, ctx.language)
                 for k, v in tokens.items():
                     self.last[k] += v
                 self.last["answers"].append(text)
