@@ -479,6 +479,8 @@ def test_a_local_models_whole_file_ends_where_its_code_block_does():
     assert written("```cpp\n" + AXPB + "```", "cpp")
     assert not written("```cpp\n" + AXPB, "cpp")                              # still open
     assert not written("```cpp\n#include <cmath>\n```\nnow the kernel:", "cpp")   # no entry point yet
+    signature = '```cpp\n#include <cstdint>\nextern "C" int kf_forward(const float* x, float* y, int64_t n)\n```\nThe code'
+    assert not written(signature, "cpp")     # the contract's signature alone, as a 1.5B model began two answers
 
 
 class _TaskServer(ScriptedServer):

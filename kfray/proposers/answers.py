@@ -80,7 +80,8 @@ def answer_tokens(base: str | None, mode: str, ceiling: int) -> int:
 
 def written(text: str, language: str) -> bool:
     """Whether a whole-file answer has written its file: a closed code block that holds the entry
-    point. What a small model writes after it is prose the proposer never reads, so a streamed
-    answer ends there (on a one-slot server, every token is the whole server's time)."""
-    return "```" in text and any(tag in _tags(language) and _entry(language).search(body)
+    point and is whole itself (a block that only repeats the contract's signature is not). What a
+    small model writes after it is prose the proposer never reads, so a streamed answer ends there
+    (on a one-slot server, every token is the whole server's time)."""
+    return "```" in text and any(tag in _tags(language) and _entry(language).search(body) and complete(body, tag)
                                    for tag, body in fenced_blocks(text))
