@@ -33,6 +33,8 @@ from kfray.source import parse_params
 META_SECTIONS = ("philosophy", "strategies", "pitfalls", "analysis")
 MODES = ("diff", "rewrite")
 EDIT_FAILED = "the edit does not apply: "
+
+
 class LLMProposer(Proposer):
     """Proposes children by asking a chat model; also rewrites meta-prompts for the PromptEvolver.
 
