@@ -13,6 +13,7 @@ import functools
 import re
 
 from kfray.languages import LANGUAGES, family
+from kfray.source import COMMENT_OR_LITERAL
 
 DIMENSIONS = ("memory", "compute", "parallelism")
 LEVELS = 4
@@ -120,12 +121,11 @@ OPENCL = {
 
 TABLES = {"cpp": CPP, "cuda": CUDA, "sycl": SYCL, "sycl_jit": SYCL_JIT, "opencl": OPENCL}
 
-_COMMENT = re.compile(r"(\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*')|//[^\n]*|/\*[\s\S]*?\*/")
 
 
 def strip_comments(source: str) -> str:
     """Drop // and /* */ comments (keeping string literals and line breaks)."""
-    return _COMMENT.sub(lambda m: m.group(1) or "\n" * m.group(0).count("\n"), source)
+    return COMMENT_OR_LITERAL.sub(lambda m: m.group(1) or "\n" * m.group(0).count("\n"), source)
 
 
 def _suite_language(source: str) -> str:

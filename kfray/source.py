@@ -27,6 +27,8 @@ _REQUIRE_RE = re.compile(r"@kf\.require\s+(.+?)\s*(?:\*/)?\s*$", re.M)
 _LAUNCH_RE = re.compile(r"@kf\.launch[ \t]+([A-Za-z_]\w*[ \t]+\w+[ \t]*=[^\n]*)")
 _LINE_COMMENT = re.compile(r"//[^\n]*")
 _BLOCK_COMMENT = re.compile(r"/\*.*?\*/", re.S)
+# a string or character literal (group 1), else a comment: comments found outside literals
+COMMENT_OR_LITERAL = re.compile(r"(\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*')|//[^\n]*|/\*[\s\S]*?\*/")
 
 
 @dataclass(frozen=True)
@@ -196,38 +198,23 @@ def launch_ranges(launch: Launch, env: dict[str, Any], max_wg: int = 0) -> tuple
     return g, loc
 
 
-def strip_comments(source: str) -> str:
+def uncommented(source: str) -> str:
     """A C-family source without its comments, the `@kf` annotation lines kept whole: what a slow
     local model reads and writes (a fifth of a seed's characters are comments, and a model that
     is shown comments writes its own). String and character literals are left as they are; a
-    source this scanner may misread (a raw string, a comment ended by a line continuation) comes
+    source the pattern may misread (a raw string, a comment ended by a line continuation) comes
     back unchanged, as does one whose code would differ from the original's."""
     if 'R"' in source or re.search(r"//[^\n]*\\\n", source):
         return source
-    out, i, n = [], 0, len(source)
-    while i < n:
-        c = source[i]
-        if c in "\"'":
-            j = i + 1
-            while j < n and source[j] != c and source[j] != "\n":
-                j += 2 if source[j] == "\\" else 1
-            out.append(source[i:j + 1])
-            i = j + 1
-        elif source.startswith("//", i):
-            j = source.find("\n", i)
-            j = n if j < 0 else j
-            out.append(source[i:j] if "@kf." in source[i:j] else "\0")
-            i = j
-        elif source.startswith("/*", i):
-            j = source.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            out.append(source[i:j] if "@kf." in source[i:j] else "\0\n\0" if "\n" in source[i:j] else "\0")
-            i = j
-        else:
-            out.append(c)
-            i += 1
+
+    def drop(m: re.Match) -> str:       # each line a comment covered is marked, its breaks kept
+        if m.group(1) or "@kf." in m.group(0):
+            return m.group(0)
+        return "\0" + "\n\0" * m.group(0).count("\n")
+
+    marked = COMMENT_OR_LITERAL.sub(drop, source)
     # a line that held only comments goes; blank lines stay, one at most in a row
-    lines = [ln.replace("\0", "").rstrip() for ln in "".join(out).split("\n") if ln.strip(" \t\0") or "\0" not in ln]
+    lines = [ln.replace("\0", "").rstrip() for ln in marked.split("\n") if ln.strip(" \t\0") or "\0" not in ln]
     kept = [ln for k, ln in enumerate(lines) if ln or (k and lines[k - 1])]
     bare = "\n".join(kept).strip("\n") + "\n"
     return bare if normalize(bare) == normalize(source) else source

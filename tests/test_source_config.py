@@ -292,20 +292,20 @@ def test_missing_file(tmp_path):
     assert str(p) in str(e.value) and "does not exist" in str(e.value)
 
 
-def test_strip_comments_keeps_the_code_the_kf_lines_and_the_literals():
+def test_uncommented_keeps_the_code_the_kf_lines_and_the_literals():
     """What a model is shown with comments off: every comment gone but the @kf lines, string and
     character literals untouched, a preprocessor line still ended where its comment spanned lines,
     and code that compiles to the same tokens."""
-    from kfray.source import strip_comments
+    from kfray.source import uncommented
 
     src = ('#include <cstdint>\n// a note\n// @kf.param BLOCK in [64, 128]\n/* @kf.require BLOCK <= 128 */\n\n\n'
            '#define W 8 /* spans\n lines */\nconst char* url = "http://x/*y*/";  // trailing\n'
            "char q = '\"';  /* one */ int k = 1;\n")
-    out = strip_comments(src)
+    out = uncommented(src)
     assert "a note" not in out and "trailing" not in out and "spans" not in out and "one */" not in out
     assert "// @kf.param BLOCK in [64, 128]" in out and "@kf.require BLOCK <= 128" in out
     assert '"http://x/*y*/"' in out and "char q = '\"';" in out and "int k = 1;" in out
     assert "#define W 8\nconst char" in out and "\n\n\n" not in out
     assert parse_params(out) == parse_params(src)
     raw = 'const char* s = R"(// not a comment)"; // one\n'
-    assert strip_comments(raw) == raw                   # a raw string: shown as written
+    assert uncommented(raw) == raw                   # a raw string: shown as written

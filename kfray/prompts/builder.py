@@ -12,7 +12,7 @@ from kfray.eval.profile_facts import profile_text
 from kfray.prompts.budget import Section, estimate_tokens, fit
 from kfray.prompts.contracts import kernel_contract
 from kfray.proposal import Elite, ProposalContext
-from kfray.source import strip_comments
+from kfray.source import uncommented
 
 DIMENSIONS = ("memory", "compute", "parallelism")
 MAX_SOURCE_LINES = 200          # parent / seed source
@@ -60,7 +60,7 @@ def _section(title: str, body: str) -> str:
 
 def _shown(source: str, language: str, comments: bool = True) -> str:
     """A source as the model reads it: without its comments where they are off (C-family only)."""
-    return source if comments or language not in COMMENTED else strip_comments(source)
+    return source if comments or language not in COMMENTED else uncommented(source)
 
 
 def _comments(ctx: ProposalContext) -> bool:
