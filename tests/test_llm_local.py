@@ -279,6 +279,44 @@ def test_with_repeat_asks_off_a_repeated_answer_is_edited_and_evaluated_for_one_
         ev.shutdown()
 
 
+def test_a_request_that_came_back_as_a_repeat_twice_is_not_sent_a_third_time(tmp_cache):
+    """A one-slot local model answers the same prompt with the same kernel (a 45-minute run sent one
+    prompt 16 times and got its parent back 15 times). Once the very same request has come back as a
+    repeat twice, the next child of it is that answer from memory, with no request, and is edited
+    like any repeat; the ledger counts it apart from the repeats, and a changed request is sent."""
+    import dataclasses
+
+    from kfray.eval.evaluator import Evaluator
+    from kfray.proposal import ProposalContext
+    from kfray.proposers.models import request_counts, requests_text
+    from kfray.search import repeats
+    from kfray.source import source_hash
+
+    same = "```cpp\n" + AXPB + "```"
+    ev = Evaluator("cpu", EvalConfig(tune_budget=0, trials=1, repeats=1, min_time_s=0.0, warmup=0))
+    try:
+        with ScriptedServer([same], serial=True) as srv:
+            isl, seed = _seeded_island(srv, ev, repeat_asks=0)
+            elite, = isl.archive.elites()
+            ctx = ProposalContext(task=isl.task, language="cpp", parent=elite, inspirations=[], target_cell=None,
+                                  meta_prompt=None, device_facts={}, island=0, generation=1)
+            children = [repeats.ask(isl, dataclasses.replace(ctx)) for _ in range(4)]
+            for c in children:
+                isl.seen.add(source_hash(c.source, c.params))
+            assert len(srv.requests) == 2, "the third and fourth children were asked again"
+            assert srv.requests[0]["messages"] == srv.requests[1]["messages"]
+            assert all(c.origin == "llm+edit" and c.source.strip() for c in children)
+            assert len({source_hash(c.source, c.params) for c in children} | {source_hash(AXPB, seed.params)}) == 5
+            counts = request_counts(isl.proposer.usage_by_model(), 0)
+            assert (counts["proposal"], counts["repeats"], counts["remembered"]) == (2, 2, 2)
+            assert "2 child(ren) given the remembered answer" in requests_text(counts)
+            other = dataclasses.replace(ctx, generation=2, directives=["Unroll the loop by 4."])
+            repeats.ask(isl, other)
+            assert len(srv.requests) == 3, "a changed request is sent"
+    finally:
+        ev.shutdown()
+
+
 COMMENTED = """\
 #include <cstdint>
 // quokka: y = a * x + b in one pass over x

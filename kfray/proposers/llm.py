@@ -27,6 +27,7 @@ from kfray.proposers.base import Proposer, ProposalContext
 from kfray.proposers.chat import Endpoint
 from kfray.proposers.diff_edit import EditError, apply_edits, has_edits, parse_edits
 from kfray.proposers.fragments import C_LIKE, complete_from_parent
+from kfray.proposers.futile import FutilePrompts, prompt_key
 from kfray.proposers.slots import EndpointSlots, default_limit, is_local
 from kfray.source import parse_params
 
@@ -90,6 +91,8 @@ class LLMProposer(Proposer):
         self.usage = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "failures": 0}
         self.modes = {m: [0, 0.0] for m in MODES}    # edit mode -> [rewards, reward sum] (auto)
         self.written: dict[str, tuple[str, str]] = {}  # candidate id -> (model, edit mode)
+        self.asked: dict[str, str] = {}        # candidate id -> its request's key (kfray.proposers.futile)
+        self.futile = FutilePrompts()
         self.last: dict = {}                   # what the last proposal cost and how it parsed
         # when this proposer's current batch began (wall time, set by its island): every request
         # of the batch waits for a slot with that rank (kfray.proposers.slots); None: when sent
@@ -126,6 +129,7 @@ class LLMProposer(Proposer):
 
         origin = record.get("origin") or cand.origin
         model, mode = self.written.pop(cand.id, (origin[4:] if origin.startswith("llm:") else "", ""))
+        self.asked.pop(cand.id, None)
         value = reward(float(record.get("improvement", 0.0)))
         if mode in self.modes:
             self.modes[mode][0] += 1
@@ -142,10 +146,13 @@ class LLMProposer(Proposer):
 
     def repeated(self, cand: Candidate, dropped: bool = True) -> None:
         model, _mode = (self.written.pop if dropped else self.written.get)(cand.id, ("", ""))
+        key = self.asked.pop(cand.id, None)
+        if key is not None:
+            self.futile.note(key, cand.source, cand.params)
         if model in self.clients:
             if dropped:
                 self.pending[model] = max(0, self.pending.get(model, 0) - 1)
-            self.ledger.repeat(model)
+            self.ledger.repeat(model, remembered=key is None)
 
     def usage_by_model(self) -> dict:
         return self.ledger.snapshot()
@@ -216,12 +223,21 @@ class LLMProposer(Proposer):
                          origin="llm:repair" if ctx.repair else f"llm:{spec.model}", generation=ctx.generation)
         self.pending[spec.model] = self.pending.get(spec.model, 0) + 1
         self.written[cand.id] = (spec.model, mode)
-        while len(self.written) > 4096:
-            self.written.pop(next(iter(self.written)))
+        for d in (self.written, self.asked):
+            while len(d) > 4096:
+                d.pop(next(iter(d)))
         self.last = {"mode": mode, "repair": ctx.repair, "parsed": False, "answers": [], "edit_error": ""}
         try:
             messages = build_messages(ctx, mode, getattr(self.cfg, "prompt_tokens", 0))
             heat = min(1.3, self.cfg.temperature + self.REPEAT_HEAT * ctx.repeats) if ctx.repeats else None
+            key = prompt_key(spec.model, mode, heat, messages)
+            known = self.futile.answer(key)
+            if known is not None:       # this very request came back as a repeat twice: not asked again
+                cand.source, cand.params = known
+                self.last.update(parsed=True, remembered=True)
+                cand.propose_seconds = time.monotonic() - t0
+                return cand
+            self.asked[cand.id] = key
             text = self.complete(messages, spec, "repair" if ctx.repair else "proposal", edit_base(ctx), mode, heat,
                                  ctx.language)
             self.last["answers"] = [text]

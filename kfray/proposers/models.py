@@ -31,7 +31,9 @@ from kfray.errors import ConfigError
 
 PURPOSES = ("proposal", "retry", "repair", "prompt")   # a new kernel, its whole-file retry, a fix, a meta-prompt
 FIELDS = ("calls", "prompt_tokens", "completion_tokens", "cost", "failures", "rewards", "reward_sum",
-          *(f"req_{p}" for p in PURPOSES), "repeats")   # repeats: answers that repeated a kernel already tried
+          *(f"req_{p}" for p in PURPOSES), "repeats", "remembered")
+# repeats: answers that repeated a kernel already tried; remembered: children given the remembered
+# answer of a prompt that had repeated twice, with no request (kfray.proposers.futile)
 
 
 @dataclass(frozen=True)
@@ -114,9 +116,10 @@ class Ledger:
             r["cost"] += float(cost)
         return self.snapshot()
 
-    def repeat(self, model: str) -> dict:
-        """An answer that repeated a kernel already tried: nothing to evaluate."""
-        self._row(model)["repeats"] += 1
+    def repeat(self, model: str, remembered: bool = False) -> dict:
+        """An answer that repeated a kernel already tried: nothing to evaluate (`remembered`: given
+        from memory of its prompt, not asked)."""
+        self._row(model)["remembered" if remembered else "repeats"] += 1
         return self.snapshot()
 
     def reward(self, model: str, value: float) -> dict:
@@ -150,12 +153,14 @@ def merged(snapshots) -> dict:
 
 def request_counts(snapshot: dict, llm_candidates: int) -> dict:
     """The model's requests by purpose, and per evaluated LLM candidate (what a slow local endpoint
-    costs per kernel): {total, proposal, retry, repair, prompt, repeats, llm_candidates, per_candidate};
-    `repeats`: answers dropped because they repeated a kernel already tried."""
+    costs per kernel): {total, proposal, retry, repair, prompt, repeats, remembered, llm_candidates,
+    per_candidate}; `repeats`: answers that repeated a kernel already tried; `remembered`: children
+    given such an answer again from memory, with no request."""
     by = {p: int(sum(row.get(f"req_{p}", 0) for row in snapshot.values())) for p in PURPOSES}
     total = sum(by.values())
     repeats = int(sum(row.get("repeats", 0) for row in snapshot.values()))
-    return {"total": total, **by, "repeats": repeats, "llm_candidates": llm_candidates,
+    remembered = int(sum(row.get("remembered", 0) for row in snapshot.values()))
+    return {"total": total, **by, "repeats": repeats, "remembered": remembered, "llm_candidates": llm_candidates,
             "per_candidate": round(total / llm_candidates, 3) if llm_candidates else None}
 
 
@@ -163,6 +168,8 @@ def requests_text(counts: dict) -> str:
     return (f"LLM requests: {counts['total']} (proposals {counts['proposal']}, whole-file retries {counts['retry']}, "
             f"repairs {counts['repair']}, prompt evolution {counts['prompt']}"
             + (f"; {counts['repeats']} answer(s) repeated a kernel already tried (asked again or edited)" if counts.get("repeats") else "")
+            + (f"; {counts['remembered']} child(ren) given the remembered answer of a prompt that repeated, "
+               "not asked" if counts.get("remembered") else "")
             + "); "
             + (f"{counts['per_candidate']:.2f} per evaluated LLM candidate ({counts['llm_candidates']})"
                if counts["per_candidate"] is not None else "no LLM candidate evaluated yet"))
@@ -252,8 +259,8 @@ class LedgerActor:
     def reward(self, model, value):
         return self.ledger.reward(model, value)
 
-    def repeat(self, model):
-        return self.ledger.repeat(model)
+    def repeat(self, model, remembered=False):
+        return self.ledger.repeat(model, remembered)
 
     def snapshot(self):
         return self.ledger.snapshot()
@@ -304,8 +311,8 @@ class RemoteLedger:
     def reward(self, model, value) -> dict:
         return self._call("reward", model, value)
 
-    def repeat(self, model) -> dict:
-        return self._call("repeat", model)
+    def repeat(self, model, remembered=False) -> dict:
+        return self._call("repeat", model, remembered)
 
     def snapshot(self) -> dict:
         return self._call("snapshot")
