@@ -55,3 +55,42 @@ def test_custom_invalid_islands(adj, bad):
 def test_unknown_topology():
     with pytest.raises(ValueError, match="unknown topology 'star'"):
         destinations("star", 3)
+
+
+def test_a_round_half_in_does_not_wake_the_drivers_loop_until_the_rest_is_in(ray_local):
+    """One island has given its emigrants, the other is still in a minute-long LLM call. The
+    driver's loop sleeps on Migrations.refs(): that must not hold the emigrants already in, or the
+    loop's wait returns at once, every time, and the driver spins beside the model. When the slow
+    island answers, the round goes on."""
+    import threading
+
+    ray = ray_local
+    from kfray.driver.migrate import Migrations
+
+    @ray.remote(num_cpus=0)
+    class Slow:
+        def __init__(self):
+            self.go = threading.Event()
+
+        def emigrants(self):
+            self.go.wait(60)
+            return []
+
+        def release(self):
+            self.go.set()
+
+    slow = Slow.options(max_concurrency=2).remote()
+    fast, late = ray.put([]), slow.emigrants.remote()
+    mig = Migrations(co=None)
+    mig.asking[(fast, late)] = ("task", 1)
+    ray.wait([fast], timeout=30)
+    mig.step()
+    assert (fast, late) in mig.asking, "the round went on without the slow island"
+    ready, _ = ray.wait(mig.refs(), num_returns=1, timeout=0.5)
+    assert ready == [], "the loop would wake at once on emigrants already taken"
+    ray.get(slow.release.remote())
+    ready, _ = ray.wait(mig.refs(), num_returns=1, timeout=30)
+    assert ready == [late], "the slow island's answer must wake the loop"
+    mig._send = lambda ref, round_, outgoing: None      # the round's sending is test_search's matter
+    mig.step()
+    assert not mig.asking and not mig.arrived

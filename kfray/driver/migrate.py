@@ -23,9 +23,13 @@ class Migrations:
         self.co = co
         self.asking: dict[tuple, tuple[str, int]] = {}       # emigrants futures -> (task, round)
         self.sending: dict = {}                              # immigrate future -> rows waiting for its answer
+        self.arrived: set = set()                            # emigrants futures in, their round's others not
 
     def refs(self) -> list:
-        return [f for futs in self.asking for f in futs] + list(self.sending)
+        """What the loop sleeps on. Not an island's emigrants already in while its round waits for an
+        island in a minute-long LLM call: the loop's wait would return at once, every time (the
+        driver spun at a third of a core through a 45-minute local-model run, beside the model)."""
+        return [f for futs in self.asking for f in futs if f not in self.arrived] + list(self.sending)
 
     def start(self, ref: str) -> None:
         co, s, led = self.co, self.co.cfg.search, self.co.ledger
@@ -40,9 +44,11 @@ class Migrations:
     def step(self) -> None:
         """Send on the rounds whose emigrants are all in; record the migrants that were taken."""
         for futs, (ref, round_) in list(self.asking.items()):
-            if len(ray.wait(list(futs), num_returns=len(futs), timeout=0)[0]) < len(futs):
+            self.arrived.update(ray.wait(list(futs), num_returns=len(futs), timeout=0)[0])
+            if not self.arrived.issuperset(futs):
                 continue
             del self.asking[futs]
+            self.arrived.difference_update(futs)
             try:
                 outgoing = ray.get(list(futs))
             except ray.exceptions.RayActorError:
