@@ -521,6 +521,49 @@ def test_a_local_models_whole_file_ends_where_its_code_block_does():
     assert not written(signature, "cpp")     # the contract's signature alone, as a 1.5B model began two answers
 
 
+HELPER = """\
+static void kf_slice(const float* __restrict x, float* __restrict y, float a, float b, int64_t lo, int64_t hi) {
+    int64_t i = lo;
+    for (; i + 8 <= hi; i += 8) {
+        #pragma GCC unroll 8
+        for (int u = 0; u < 8; ++u) y[i + u] = a * x[i + u] + b;
+    }
+    for (; i < hi; ++i) y[i] = a * x[i] + b;
+}
+
+extern "C" int kf_forward(const float* __restrict x, float* __restrict y, float a, float b, int64_t n) {
+    if (n <= 0) return 0;
+    if (n < (1 << 14)) { kf_slice(x, y, a, b, 0, n); return 0; }
+"""
+
+
+def test_a_local_model_that_repeats_itself_is_stopped_at_its_first_repeat():
+    """A 1.5B model once wrote its helper and entry point three times over until its token limit
+    (236 s of a one-slot server) and left the file unfinished. The stream ends once the last 400
+    characters stand earlier in the answer, and the child says why it has no code; no built-in
+    seed, written out whole, reads as a loop at any point."""
+    from kfray.proposal import ProposalContext
+    from kfray.proposers.answers import LOOP_SPAN, looping
+    from kfray.tasks import load_task
+
+    loop = "```cpp\n#include <cstdint>\n" + HELPER * 12
+    task = load_task("axpb")
+    ctx = ProposalContext(task=task, language="cpp", parent=None, inspirations=[], target_cell=None,
+                          meta_prompt=None, device_facts={}, island=0, generation=1)
+    with ScriptedServer([loop], token_delay_s=0.002) as srv:
+        c = LLMProposer(_cfg(srv, edit_mode="rewrite")).propose(ctx, random.Random(0))
+        deadline = time.monotonic() + 10
+        while srv.dropped == 0 and srv.in_flight and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert srv.dropped == 1                  # the client hung up before the twelfth copy
+    assert not c.source and "repeat itself" in c.no_code_reason, c.no_code_reason
+    assert len(HELPER) + LOOP_SPAN <= int(re.search(r"\((\d+) characters", c.no_code_reason)[1]) < 3 * len(HELPER)
+    for name in ("axpb", "softmax", "matmul"):
+        for seed in load_task(name).seeds_for("cpp"):
+            whole = "```cpp\n" + seed.source + "```"
+            assert not any(looping(whole[:n]) for n in range(1, len(whole) + 1, 16)), (name, seed.name)
+
+
 class _TaskServer(ScriptedServer):
     """Answers by what is asked: a whole file for the task named in the prompt, broken (an
     undeclared name) for a first try and fixed for a repair; each answer a new variant."""

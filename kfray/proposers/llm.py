@@ -22,7 +22,8 @@ from kfray.config import ProposerConfig
 from kfray.errors import ConfigError, KfrayError
 from kfray.prompts.budget import Section, estimate_tokens, fit
 from kfray.prompts.builder import build_messages, edit_base
-from kfray.proposers.answers import answer_tokens, complete, extract_code, fenced_blocks, open_block, written
+from kfray.proposers.answers import (LOOP_SPAN, answer_tokens, complete, extract_code, fenced_blocks, looping,
+                                    open_block, written)
 from kfray.proposers.base import Proposer, ProposalContext
 from kfray.proposers.chat import Endpoint
 from kfray.proposers.diff_edit import EditError, apply_edits, has_edits, parse_edits
@@ -283,6 +284,10 @@ class LLMProposer(Proposer):
             return code, ""
         entry = {"opencl": "__kernel", "sycl_jit": "@kf.launch"}.get(ctx.language, "kf_forward")
         blocks, tail = fenced_blocks(text), open_block(text)
+        if tail is not None and not blocks and looping(text):
+            return None, (f"the model began to repeat itself word for word ({len(text)} characters; the last "
+                          f"{LOOP_SPAN} stand earlier in its answer), and its answer was closed there: "
+                          f"...{text.rstrip()[-120:]}")
         if tail is not None and not blocks and not complete(tail[1], tail[0]):
             return None, (f"the answer ends inside its code block ({len(text)} characters, its braces unclosed): "
                           "cut off at the server's length limit or proposer.max_tokens, or left unfinished: "
