@@ -16,7 +16,7 @@
 # KFRAY_LLM_ALIAS (qwen2.5-coder-1.5b), KFRAY_LLM_CTX (4096), KFRAY_LLM_THREADS (all cores but one:
 # llama.cpp threads that share a core with kfray's compiles spin and slow down 5x),
 # KFRAY_LLM_NICE (10: the model shares the cores with compiles and timings), KFRAY_LLM_CACHE_BYTES
-# (2.5 GB of saved prompt states, in RAM), KFRAY_LLM_DRAFT (10), PYTHON (python3).
+# (2.5 GB of saved prompt states, in RAM), PYTHON (python3).
 set -euo pipefail
 
 HOME_DIR="${KFRAY_LLM_HOME:-$HOME/.cache/kfray/llm}"
@@ -33,12 +33,6 @@ NICE="${KFRAY_LLM_NICE:-10}"
 # state; its disk cache takes out the state it starts from and so never holds more than one.
 CACHE="${KFRAY_LLM_CACHE_BYTES:-2500000000}"
 SERVE="$(cd "$(dirname "$0")" && pwd)/llm_server.py"
-# Prompt-lookup drafts (scripts/llm_server.py): up to this many tokens copied from the prompt or the
-# answer so far, checked in one batch; 0 turns it off. On a rewrite that copied its 2.5 kB parent
-# (924 tokens) the answer took 94 s, not 138 s; answers that copy little were not slower.
-DRAFT="${KFRAY_LLM_DRAFT:-10}"
-DRAFT_ARGS=()
-[[ "$DRAFT" -gt 0 ]] && DRAFT_ARGS=(--draft_model prompt-lookup-decoding --draft_model_num_pred_tokens "$DRAFT")
 PY="${PYTHON:-python3}"
 VENV="$HOME_DIR/venv"
 MODEL="$HOME_DIR/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
@@ -116,7 +110,7 @@ start() {
     say "serving $ALIAS on $URL (log: $LOG)"
     nohup nice -n "$NICE" "$VENV/bin/python" "$SERVE" --model "$MODEL" --host 127.0.0.1 \
         --port "$PORT" --model_alias "$ALIAS" --n_ctx "$CTX" --n_threads "$THREADS" \
-        --logits_all False --cache True --cache_type ram --cache_size "$CACHE" "${DRAFT_ARGS[@]}" >"$LOG" 2>&1 &
+        --logits_all False --cache True --cache_type ram --cache_size "$CACHE" >"$LOG" 2>&1 &
     echo $! >"$PIDFILE"
     for _ in $(seq 1 120); do
         if answers; then say "ready: $URL (model $ALIAS)"; echo "$URL"; return; fi
