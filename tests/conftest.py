@@ -102,6 +102,15 @@ def tmp_cache(tmp_path, monkeypatch):
 
 
 @pytest.fixture(scope="session")
+def suite_cache(tmp_path_factory):
+    """One compile cache for the suites' extensions across test files (robust-kbench's forward and
+    backward, the judge's hostile kernels, KernelBench ModelNew files): a torch extension is 25-30 s
+    of g++ on 2 cores, and test_sweep built again the two that test_suite_harness had built. A test
+    that checks caching itself builds a kernel of its own, or uses a cache of its own."""
+    return tmp_path_factory.mktemp("suite_cache")
+
+
+@pytest.fixture(scope="session")
 def matmul_run(ray_local, tmp_path_factory):
     """One real matmul search (g++ builds, real timings), shared by the tests that look at a finished
     run: 2 islands, 2 evaluators, migrations every 2 generations, prompts evolved every 2 reports.

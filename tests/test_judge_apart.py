@@ -354,11 +354,6 @@ def modelnew(tmp_path: Path, name: str, body: str = "        return torch.clamp_
     return p
 
 
-@pytest.fixture(scope="module")
-def suite_cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("suite_cache")
-
-
 def _verify(task: str, kernel: Path, cache: Path, *sets: str) -> EvalResult:
     res, backend = verify(task, str(kernel), "torch_ext_cpu", [f"eval.cache_dir={cache}", "eval.suite_perf_trials=10",
                                                                 *sets])

@@ -42,9 +42,9 @@ BODIES = {
 }
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("suite_cache")
+@pytest.fixture
+def cache(suite_cache):
+    return suite_cache
 
 
 def _verify(task: str, kernel: Path, cache: Path, *sets: str):

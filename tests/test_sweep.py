@@ -141,13 +141,13 @@ def test_sweep_of_three_packages_on_two_evaluators(ray_local, tmp_path, tmp_cach
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not on PATH")
-def test_sweep_of_two_robust_kbench_tasks_in_the_suites_form_on_two_evaluators(ray_local, tmp_path, tmp_cache):
+def test_sweep_of_two_robust_kbench_tasks_in_the_suites_form_on_two_evaluators(ray_local, tmp_path, suite_cache):
     pytest.importorskip("torch")
     from kfray.config import load_config
     from kfray.verify import verify
 
     cfg = load_config(None, ["search.retime_top=0", "search.islands=1", "search.budget=2", "eval.evaluators=2", "eval.timeout_s=120",
-                             "eval.backend=torch_ext_cpu", "eval.suite_perf_trials=10", f"eval.cache_dir={tmp_cache}"])
+                             "eval.backend=torch_ext_cpu", "eval.suite_perf_trials=10", f"eval.cache_dir={suite_cache}"])
     refs, skipped = plan(str(DATA / "rkb_form"), None, None, "suite", offline=True)
     assert sorted(r.rsplit("/", 1)[-1] for r in refs) == ["linear_relu", "linear_relu#backward"] and not skipped
     s = run_sweep(cfg, refs, tmp_path / "sweep", skipped, progress=False, budget_total=4)
@@ -161,7 +161,7 @@ def test_sweep_of_two_robust_kbench_tasks_in_the_suites_form_on_two_evaluators(r
     for ref in refs:                           # each best kernel is a file the suite's form takes as it is
         f = next(b for b in best if b.stem.endswith("backward") == ref.endswith("#backward"))
         # (the sweep's compile cache: a best file that is the kernel the sweep built is not built twice)
-        res, _ = verify(ref, str(f), None, ["eval.suite_perf_trials=5", f"eval.cache_dir={tmp_cache}"])
+        res, _ = verify(ref, str(f), None, ["eval.suite_perf_trials=5", f"eval.cache_dir={suite_cache}"])
         assert res.correct and res.facts["suite"]["name"] == "robust-kbench", res.reason
 
 
