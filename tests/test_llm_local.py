@@ -493,27 +493,33 @@ def test_a_local_models_answer_is_bounded_by_the_source_it_rewrites():
     assert answer_tokens(None, "rewrite", 4096) == 4096 and answer_tokens("x" * 30000, "rewrite", 4096) == 4096
 
 
-def test_a_local_models_whole_file_ends_where_its_code_block_does():
-    """A small model writes on after its file (an explanation nobody reads); on a one-slot server
-    each of those tokens is the whole server's time. The streamed answer ends at the closing fence
-    of a block that holds kf_forward: the client hangs up and the file is the kernel. A block
-    without the entry point, or one still open, does not end it."""
+def _streamed_axpb_rewrite(answer: str):
+    """(the child, how many answers the client hung up on) of an axpb rewrite that a local server
+    streams as `answer`, a word every 2 ms."""
     from kfray.proposal import ProposalContext
-    from kfray.proposers.answers import written
     from kfray.tasks import load_task
 
-    prose = " ".join(["and this is why the loop is faster"] * 60)
-    answer = "Here is the kernel.\n```cpp\n" + AXPB + "```\n" + prose
-    task = load_task("axpb")
-    ctx = ProposalContext(task=task, language="cpp", parent=None, inspirations=[], target_cell=None,
-                          meta_prompt=None, device_facts={}, island=0, generation=1)
+    ctx = ProposalContext(task=load_task("axpb"), language="cpp", parent=None, inspirations=[],
+                          target_cell=None, meta_prompt=None, device_facts={}, island=0, generation=1)
     with ScriptedServer([answer], token_delay_s=0.002) as srv:
         c = LLMProposer(_cfg(srv, edit_mode="rewrite")).propose(ctx, random.Random(0))
         deadline = time.monotonic() + 10
         while srv.dropped == 0 and srv.in_flight and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert c.source.strip() == AXPB.strip(), c.no_code_reason
-        assert srv.dropped == 1                  # the client hung up before the prose was sent
+        return c, srv.dropped
+
+
+def test_a_local_models_whole_file_ends_where_its_code_block_does():
+    """A small model writes on after its file (an explanation nobody reads); on a one-slot server
+    each of those tokens is the whole server's time. The streamed answer ends at the closing fence
+    of a block that holds kf_forward: the client hangs up and the file is the kernel. A block
+    without the entry point, or one still open, does not end it."""
+    from kfray.proposers.answers import written
+
+    prose = " ".join(["and this is why the loop is faster"] * 60)
+    c, dropped = _streamed_axpb_rewrite("Here is the kernel.\n```cpp\n" + AXPB + "```\n" + prose)
+    assert c.source.strip() == AXPB.strip(), c.no_code_reason
+    assert dropped == 1                      # the client hung up before the prose was sent
     assert written("```cpp\n" + AXPB + "```", "cpp")
     assert not written("```cpp\n" + AXPB, "cpp")                              # still open
     assert not written("```cpp\n#include <cmath>\n```\nnow the kernel:", "cpp")   # no entry point yet
@@ -542,20 +548,11 @@ def test_a_local_model_that_repeats_itself_is_stopped_at_its_first_repeat():
     (236 s of a one-slot server) and left the file unfinished. The stream ends once the last 400
     characters stand earlier in the answer, and the child says why it has no code; no built-in
     seed, written out whole, reads as a loop at any point."""
-    from kfray.proposal import ProposalContext
     from kfray.proposers.answers import LOOP_SPAN, looping
     from kfray.tasks import load_task
 
-    loop = "```cpp\n#include <cstdint>\n" + HELPER * 12
-    task = load_task("axpb")
-    ctx = ProposalContext(task=task, language="cpp", parent=None, inspirations=[], target_cell=None,
-                          meta_prompt=None, device_facts={}, island=0, generation=1)
-    with ScriptedServer([loop], token_delay_s=0.002) as srv:
-        c = LLMProposer(_cfg(srv, edit_mode="rewrite")).propose(ctx, random.Random(0))
-        deadline = time.monotonic() + 10
-        while srv.dropped == 0 and srv.in_flight and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert srv.dropped == 1                  # the client hung up before the twelfth copy
+    c, dropped = _streamed_axpb_rewrite("```cpp\n#include <cstdint>\n" + HELPER * 12)
+    assert dropped == 1                      # the client hung up before the twelfth copy
     assert not c.source and "repeat itself" in c.no_code_reason, c.no_code_reason
     assert len(HELPER) + LOOP_SPAN <= int(re.search(r"\((\d+) characters", c.no_code_reason)[1]) < 3 * len(HELPER)
     for name in ("axpb", "softmax", "matmul"):
