@@ -29,8 +29,9 @@ NICE="${KFRAY_LLM_NICE:-10}"
 # saved state that shares its longest beginning, so a second request on the same task and parent
 # reads only what follows the parent. A state is up to 117 MB of KV cache and 311 MB of the last
 # batch's logits (--logits_all False; the server's default True makes it 2.3 GB). The server's RAM
-# cache counts the KV cache alone (it filled 23 GB in 20 minutes), so scripts/llm_server.py has it count the whole
-# state; its disk cache takes out the state it starts from and so never holds more than one.
+# cache counts the KV cache alone (it filled 23 GB in 20 minutes), so scripts/llm_server.py has it
+# count the whole state; its disk cache takes out the state it starts from and so never holds more
+# than one.
 CACHE="${KFRAY_LLM_CACHE_BYTES:-2500000000}"
 SERVE="$(cd "$(dirname "$0")" && pwd)/llm_server.py"
 PY="${PYTHON:-python3}"

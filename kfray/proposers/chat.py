@@ -20,7 +20,6 @@ from dataclasses import dataclass
 import openai
 
 from kfray.errors import KfrayError
-from kfray.proposers.answers import looping
 
 _MAX_RETRY_AFTER_S = 30.0
 
@@ -81,7 +80,6 @@ class Endpoint:
             model=model, messages=messages, temperature=heat, max_tokens=max_tokens, seed=seed,
             stream=True, stream_options={"include_usage": True})
         parts, chunks, usage, ended = [], 0, None, False
-        loops = done is not None       # a whole file; a diff's REPLACE repeats its SEARCH by design
         with stream:            # leaving it closes the connection: a server then stops writing
             for ev in stream:
                 if getattr(ev, "usage", None) is not None:
@@ -90,9 +88,9 @@ class Endpoint:
                     if ch.delta is not None and ch.delta.content:
                         parts.append(ch.delta.content)
                         chunks += 1
-                        ended = ended or (done is not None and "`" in ch.delta.content and done("".join(parts)))
-                        # every 16 tokens: a model that repeats itself is stopped at its first repeat
-                        ended = ended or (loops and chunks % 16 == 0 and looping("".join(parts)))
+                        # asked at a fence's backtick, and every 16 tokens (an answer may end unfenced)
+                        ended = ended or (done is not None and ("`" in ch.delta.content or chunks % 16 == 0)
+                                          and done("".join(parts)))
                 if ended:
                     break
         text = "".join(parts)
@@ -107,8 +105,7 @@ class Endpoint:
         """One answer, retried on transient errors; raises KfrayError naming the endpoint. `rank`:
         its place among the requests waiting for a slot (kfray.proposers.slots); `temperature`:
         this request's, where not the config's; `done(text)`: true once a streamed answer holds all
-        that will be read of it, which ends the answer there, as does its first word-for-word repeat
-        (answers.looping)."""
+        that will be read of it, which ends the answer there."""
         cfg = self.cfg
         attempts = cfg.max_retries + 1
         holder = uuid.uuid4().hex

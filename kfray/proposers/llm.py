@@ -169,11 +169,15 @@ class LLMProposer(Proposer):
         """One chat completion, with our retries. Raises KfrayError naming the endpoint on failure.
         `purpose` is what the request is accounted as (kfray.proposers.models.PURPOSES); `base` and
         `mode`, the source the answer edits or rewrites, bound a local model's answer (answer_tokens),
-        and a local model's whole file in `language` ends where its code block does (answers.written)."""
+        and a local model's whole file in `language` ends where its code block does (answers.written)
+        or where it begins to repeat itself (answers.looping)."""
         spec = spec or self.choose()
         endpoint = self.endpoints[spec.model]
         limit = answer_tokens(base, mode, self.cfg.max_tokens) if mode and is_local(endpoint.url) else None
-        done = (lambda text: written(text, language)) if limit and mode == "rewrite" and language else None
+        # a whole file ends at its closing fence, or at its first word-for-word repeat (a diff's
+        # REPLACE repeats its SEARCH by design)
+        whole = limit and mode == "rewrite" and language
+        done = (lambda text: written(text, language) or looping(text)) if whole else None
         try:
             ans = endpoint.complete(spec.model, messages, max_tokens=limit, rank=self.batch_began,
                                     temperature=temperature, done=done)
