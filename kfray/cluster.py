@@ -5,6 +5,7 @@ import os
 import socket
 import tempfile
 
+from kfray.config import usable_cores
 from kfray.errors import KfrayError
 
 
@@ -102,7 +103,7 @@ def connect(address: str = "", num_cpus: int | None = None) -> None:
         return
     # "local": always a new instance of our own, never whichever other Ray instance on this
     # machine wrote itself down last (another user's, or another run's)
-    ray.init(address="local", num_cpus=max(num_cpus or 0, os.cpu_count() or 1), **kwargs)
+    ray.init(address="local", num_cpus=max(num_cpus or 0, usable_cores()), **kwargs)
 
 
 def resources() -> dict:

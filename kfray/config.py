@@ -267,12 +267,22 @@ def _check(cfg: RunConfig, where: str) -> None:
                           f"({s.islands * max(1, len(cfg.hardware))}), got {len(s.adjacency)}")
 
 
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity (taskset, a container's cpuset, a test
+    worker given its own cores), not every core of the machine; threads beyond them only take
+    turns on the same cores, and a timed kernel's threads waiting on each other is noise."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def kernel_threads(e: "EvalConfig") -> int:
-    """The threads a CPU kernel and its reference get: eval.threads, or with 0 the cores of this
-    machine divided among the evaluators (one each for the default 2 on 2 cores)."""
+    """The threads a CPU kernel and its reference get: eval.threads, or with 0 the usable cores
+    divided among the evaluators (one each for the default 2 on 2 cores)."""
     if e.threads > 0:
         return e.threads
-    return max(1, (os.cpu_count() or 1) // max(1, e.evaluators))
+    return max(1, usable_cores() // max(1, e.evaluators))
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:

@@ -16,6 +16,12 @@ _PCH_DIR = os.environ.get("KFRAY_PCH_DIR") or tempfile.mkdtemp(prefix="kfray-tes
 os.environ["KFRAY_PCH_DIR"] = _PCH_DIR
 
 
+# One judge at a time across pytest-xdist workers (kfray/eval/timing_turn.py): two workers on 2 cores
+# once timed a reference against itself at 3.19x. Their builds, loads and searches still overlap.
+os.environ.setdefault("KFRAY_TIMING_LOCK", os.path.join(_PCH_DIR, "timing.lock"))
+open(os.environ["KFRAY_TIMING_LOCK"], "a").close()     # the sandbox is shown it read-only
+
+
 def pytest_unconfigure(config):
     if _MADE_PCH_DIR:
         shutil.rmtree(_PCH_DIR, ignore_errors=True)

@@ -27,7 +27,7 @@ EXPLAIN = ("eval.isolation: strict (refuse to run without isolation) | namespace
 HIDE = ("/tmp", "/var/tmp", "/dev/shm", "/run", "/home", "/root", "/mnt", "/media", "/srv",
         "/etc/shadow", "/etc/gshadow", "/etc/ssh")
 PATH_ENV = ("PYTHONPATH", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "OCL_ICD_FILENAMES", "OCL_ICD_VENDORS",
-            "SYCL_ROOT", "ONEAPI_ROOT", "CMPLR_ROOT", "CONDA_PREFIX", "VIRTUAL_ENV", "KFRAY_CACHE")
+            "SYCL_ROOT", "ONEAPI_ROOT", "CMPLR_ROOT", "CONDA_PREFIX", "VIRTUAL_ENV", "KFRAY_CACHE", "KFRAY_TIMING_LOCK")
 SIMULATE_ENV = "KFRAY_NO_NAMESPACES"   # set: behave as if the kernel allowed no namespaces (tests, doctor)
 _SCRIPT = str(Path(__file__).with_name("namespaces.py"))
 _warned: set[str] = set()

@@ -42,6 +42,7 @@ from kfray.eval.defences import clock_check, review_flag
 from kfray.eval.remote import claimed_times, paused
 from kfray.eval.roofline import roofline_flags
 from kfray.eval.timed_runs import Spots, rotation, time_fn, verify_timed_sets
+from kfray.eval.timing_turn import timing_turn
 from kfray.eval.torch_compile import compile_facts, compiled_reference_time
 
 # The checks live in closeness/correctness/timed_runs/roofline; callers may still import them from here.
@@ -70,7 +71,8 @@ def run_job(backend, fn: Callable, task, job: dict) -> dict:
     # Unpredictable inputs, and the draw recorded so that the verdict can be replayed (eval.input_seed).
     seed = int(job.get("input_seed") or 0) or int.from_bytes(os.urandom(7), "little")
     backend._pool = None              # the input pool too is drawn from this job's seed (kfray.eval.draws)
-    out = _run_job(backend, fn, task, job, np.random.default_rng(seed))
+    with timing_turn(job):
+        out = _run_job(backend, fn, task, job, np.random.default_rng(seed))
     out.setdefault("facts", {})["input_seed"] = seed
     return out
 

@@ -124,7 +124,7 @@ def _run_one(backend, spawner, arena, job: dict, load_task) -> dict:
     from kfray.tasks.suite_spec import suite_task
 
     runner = fn = None
-    t0 = time.perf_counter()
+    t0 = job["started"] = time.perf_counter()
     if spawner is not None and job.get("extend") and job.get("call_deadline_s"):
         # Loading the task here and the candidate in its runner is not the kernel's time (the runner's
         # requests have deadlines of their own); the kernel's limit starts once both are loaded.

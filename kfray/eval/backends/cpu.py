@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from kfray.config import kernel_threads
+from kfray.config import kernel_threads, usable_cores
 from kfray.errors import BackendError
 from kfray.eval.backends.base import Backend, Build, CompileError
 from kfray.eval.backends.cpu_peaks import cpu_peaks
@@ -80,7 +80,7 @@ def cpu_facts() -> dict[str, Any]:
                 continue
         return 0
 
-    return {"name": name, "cores": os.cpu_count() or 1, "simd": simd,
+    return {"name": name, "cores": usable_cores(), "simd": simd,
             "l1d_bytes": cache("1"), "l2_bytes": cache("2"), "cache_bytes": cache("3") or cache("2"),
             "vector_width_floats": 16 if "avx512f" in simd else 8 if "avx2" in simd else 4}
 

@@ -13,6 +13,7 @@ from kfray.eval.suite.common import SUITE_NAMES, Verdict
 from kfray.eval.suite.judge import Judge
 from kfray.eval.suite.runners import runner_for
 from kfray.eval.suite.timing import measure, peak_memory
+from kfray.eval.timing_turn import timing_turn
 from kfray.tasks.suite_spec import SuiteSpec
 
 
@@ -56,6 +57,11 @@ def size_limits(judge: Judge, cases: list, kernel: Any, job: dict) -> None:
 
 def run_suite_job(backend, kernel: Any, task, job: dict) -> dict:
     """Verdict and figures of a suite-form kernel on a suite task; a plain result dict."""
+    with timing_turn(job):
+        return _run_suite_job(backend, kernel, task, job)
+
+
+def _run_suite_job(backend, kernel: Any, task, job: dict) -> dict:
     import torch
 
     spec: SuiteSpec = task.suite
