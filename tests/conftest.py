@@ -22,7 +22,50 @@ os.environ.setdefault("KFRAY_TIMING_LOCK", os.path.join(_PCH_DIR, "timing.lock")
 open(os.environ["KFRAY_TIMING_LOCK"], "a").close()     # the sandbox is shown it read-only
 
 
+# The suites' compile cache (the `suite_cache` fixture), shared by pytest-xdist workers like the above.
+_MADE_SUITE_CACHE = not os.environ.get("KFRAY_TEST_SUITE_CACHE")
+_SUITE_CACHE = os.environ.get("KFRAY_TEST_SUITE_CACHE") or tempfile.mkdtemp(prefix="kfray-test-suite-cache-")
+os.environ["KFRAY_TEST_SUITE_CACHE"] = _SUITE_CACHE
+_PREBUILD_FILES = {"test_judge_apart.py", "test_suite_harness.py", "test_sweep.py"}
+_prebuild: list = []
+
+
+def pytest_collection_finish(session):
+    """In one process, when a file that uses the suites' cache is collected: tests/prebuild.py fills
+    it in the background at the idle scheduling class (it gets a core only while the tests leave one
+    free). KFRAY_TEST_PREBUILD=0 turns it off."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    if (not _MADE_SUITE_CACHE or os.environ.get("KFRAY_TEST_PREBUILD", "1") == "0" or shutil.which("g++") is None
+            or importlib.util.find_spec("torch") is None
+            or not any(item.path.name in _PREBUILD_FILES for item in session.items)):
+        return
+
+    def idle():
+        try:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        except (AttributeError, OSError):
+            os.nice(19)
+
+    log = open(os.path.join(_PCH_DIR, "prebuild.log"), "w")
+    _prebuild.append(subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), "prebuild.py"),
+                                       _SUITE_CACHE], stdout=log, stderr=subprocess.STDOUT, preexec_fn=idle,
+                                      start_new_session=True))
+
+
 def pytest_unconfigure(config):
+    import signal
+
+    for proc in _prebuild:          # with its compilers
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        proc.wait()
+    if _MADE_SUITE_CACHE:
+        shutil.rmtree(_SUITE_CACHE, ignore_errors=True)
     if _MADE_PCH_DIR:
         shutil.rmtree(_PCH_DIR, ignore_errors=True)
 
@@ -112,8 +155,11 @@ def suite_cache(tmp_path_factory):
     """One compile cache for the suites' extensions across test files (robust-kbench's forward and
     backward, the judge's hostile kernels, KernelBench ModelNew files): a torch extension is 25-30 s
     of g++ on 2 cores, and test_sweep built again the two that test_suite_harness had built. A test
-    that checks caching itself builds a kernel of its own, or uses a cache of its own."""
-    return tmp_path_factory.mktemp("suite_cache")
+    that checks caching itself builds a kernel of its own, or uses a cache of its own. Made at
+    start-up, so that tests/prebuild.py can fill it in the background (see _start_prebuild)."""
+    from pathlib import Path
+
+    return Path(_SUITE_CACHE)
 
 
 @pytest.fixture(scope="session")
