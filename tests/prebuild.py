@@ -27,7 +27,8 @@ def kernels() -> list[tuple[str, str]]:
     def read(p: Path) -> str:
         return p.read_text()
 
-    out = [(f"rkb:{RKB}#backward", read(DATA / "rkb_form" / "backward_hostile.cpp"))]      # test_judge_apart
+    out = [(f"rkb:{RKB}#backward", read(DATA / "rkb_form" / k))                             # test_judge_apart
+           for k in ("backward_hostile.cpp", "backward_clock.cpp")]
     out += [(f"rkb:{RKB}@multi", read(RKB / "forward.cpp"))]                                # test_suite_harness
     out += [(f"rkb:{RKB}#backward", read(RKB / k)) for k in ("backward.cpp", "backward_wrong.cpp")]
     out += [(f"rkb:{SUITE / 'optional_arg'}", seed(f"rkb:{SUITE / 'optional_arg'}")),

@@ -724,6 +724,19 @@ def test_a_hostile_backward_kernel_through_kfray_verify_is_judged_from_its_runne
     assert "in_judge_because" not in r.facts and "state_changed" not in r.facts
 
 
+@needs_gxx
+def test_a_backward_kernel_that_patches_its_runners_clock_is_flagged_though_the_judge_looks_twice(suite_cache):
+    """Correct gradients, but the first call slows perf_counter 100-fold in its runner, so that it
+    claims a hundredth of its time. The judge times a flagged backward a second time before it
+    flags (a burst of load on the host passes the second look); a patched clock fails both."""
+    r = _verify(LINEAR_RELU_BW, RKB_FORM / "backward_clock.cpp", suite_cache)
+    assert r.tier == 5, r.reason
+    why = r.facts.get("untrusted", "")
+    assert "outside clock" in why, f"faked times were believed: {r.reason} {r.facts.get('suite')}"
+    claimed, seen = float(why.split("claims ")[1].split(" us")[0]), float(why.split("clock saw ")[1].split(" us")[0])
+    assert claimed < 0.1 * seen, why     # the hack did work on what its process reported
+
+
 def test_the_other_sides_runner_sets_the_floor_of_what_a_request_costs_beyond_its_call():
     """Measured on an H100 (robust-kbench level_1/task_85, its reference against itself): 704 us a
     request around a 100 us call, the wire 47 us and the judge's copies 225 us. The runner's own

@@ -166,11 +166,17 @@ def time_backward(judge, clock, case, model, xs, seed: int, warmup: int, trials:
         if side.slots is None:        # the first (warm-up) call's gradients shape the slots
             side.keep_in_slots(judge.sync)
 
-    runner.log.clear()
-    ts = clock.samples(call, warmup, trials, before, budget_s)
-    pairs = runner.log[-len(ts):]
+    def timed() -> tuple[list, list]:
+        runner.log.clear()
+        ts = clock.samples(call, warmup, trials, before, budget_s)
+        return ts, runner.log[-len(ts):]
+
+    ts, pairs = timed()
     extra = request_overhead(judge, case, model, xs, g[0]) if g else 0.0
     why = clock_check(pairs, runner.quiet_round_trip(), max(side.overhead, extra))
+    if why:     # a second look, whose times then count: a burst of load on the host passes, a patched clock
+        ts, pairs = timed()     # does not (an honest backward under load was flagged once in ~5 runs of the suite)
+        why = clock_check(pairs, runner.quiet_round_trip(), max(side.overhead, extra))
     if why:
         judge.flags.append(f"configuration {case.name}: {why}")
     return [c for _, c, _ in pairs], (model, xs, dict(side.grads()))
