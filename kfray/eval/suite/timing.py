@@ -58,8 +58,10 @@ class Clock:
         def keep_pace():
             if pace and starts:          # sleep, then spin the last stretch: a sleep overshoots by
                 until = starts[-1] + pace     # tens of microseconds, a share of a small task's period
-                if until - time.perf_counter() > WARM_SPIN_S:
-                    time.sleep(until - time.perf_counter() - WARM_SPIN_S)
+                # the clock read once: preempted between two reads, a judge slept a negative length
+                left = until - time.perf_counter() - WARM_SPIN_S
+                if left > 0:
+                    time.sleep(left)
                 while time.perf_counter() < until:
                     pass
             starts.append(time.perf_counter())
