@@ -32,8 +32,8 @@ _prebuild: list = []
 
 def pytest_collection_finish(session):
     """In one process, when a file that uses the suites' cache is collected: tests/prebuild.py fills
-    it in the background at the idle scheduling class (it gets a core only while the tests leave one
-    free). KFRAY_TEST_PREBUILD=0 turns it off."""
+    it in the background at autogroup nice 19 and the idle scheduling class (it gets a core only
+    while the tests leave one free). KFRAY_TEST_PREBUILD=0 turns it off."""
     import importlib.util
     import subprocess
     import sys
@@ -58,10 +58,10 @@ def pytest_collection_finish(session):
         except (AttributeError, OSError):
             os.nice(19)
 
-    log = open(os.path.join(_PCH_DIR, "prebuild.log"), "w")
-    _prebuild.append(subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), "prebuild.py"),
-                                       _SUITE_CACHE], stdout=log, stderr=subprocess.STDOUT, preexec_fn=idle,
-                                      start_new_session=True))
+    with open(os.path.join(_PCH_DIR, "prebuild.log"), "w") as log:       # the child keeps its own copy
+        _prebuild.append(subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), "prebuild.py"),
+                                           _SUITE_CACHE], stdout=log, stderr=subprocess.STDOUT, preexec_fn=idle,
+                                          start_new_session=True))
 
 
 def pytest_unconfigure(config):
@@ -160,12 +160,12 @@ def tmp_cache(tmp_path, monkeypatch):
 
 
 @pytest.fixture(scope="session")
-def suite_cache(tmp_path_factory):
+def suite_cache():
     """One compile cache for the suites' extensions across test files (robust-kbench's forward and
     backward, the judge's hostile kernels, KernelBench ModelNew files): a torch extension is 25-30 s
     of g++ on 2 cores, and test_sweep built again the two that test_suite_harness had built. A test
     that checks caching itself builds a kernel of its own, or uses a cache of its own. Made at
-    start-up, so that tests/prebuild.py can fill it in the background (see _start_prebuild)."""
+    start-up, so that tests/prebuild.py can fill it in the background (pytest_collection_finish)."""
     from pathlib import Path
 
     return Path(_SUITE_CACHE)

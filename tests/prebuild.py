@@ -1,10 +1,10 @@
 """The suites' torch extensions that the tests build, built ahead into the session's shared
-compile cache (`suite_cache` in conftest.py) by a background process of the idle scheduling class:
-it gets a core only while the tests leave one free (a serial run keeps about 1.2 of 2 cores busy),
-so it takes nothing from their timings. Each build is 20-40 s of g++ on 2 cores, ~250 s in all, which
-the tests otherwise wait for one at a time. The order is the order of first use; a kernel a test no
-longer uses, or one it reaches first, is only idle time spent. Tests that check building itself
-build sources of their own and are not here.
+compile cache (`suite_cache` in conftest.py) by a background process at autogroup nice 19 and the
+idle scheduling class: it gets a core only while the tests leave one free (a serial run keeps about
+1.2 of 2 cores busy). Each build is 17-23 s of g++ on 2 idle cores, 209 s in all with the
+precompiled header, which the tests otherwise wait for one at a time. The order is the order of
+first use; a kernel a test no longer uses, or one it reaches first, is only idle time spent. Tests
+that check building itself build sources of their own and are not here.
 
 Run: python tests/prebuild.py <compile cache folder>"""
 from __future__ import annotations
@@ -24,16 +24,13 @@ def kernels() -> list[tuple[str, str]]:
     def seed(ref: str) -> str:
         return next(s.source for s in load_task(ref).seeds if s.name == "reference_function")
 
-    def read(p: Path) -> str:
-        return p.read_text()
-
-    out = [(f"rkb:{RKB}#backward", read(DATA / "rkb_form" / k))                             # test_judge_apart
+    out = [(f"rkb:{RKB}#backward", (DATA / "rkb_form" / k).read_text())                   # test_judge_apart
            for k in ("backward_hostile.cpp", "backward_clock.cpp")]
-    out += [(f"rkb:{RKB}@multi", read(RKB / "forward.cpp"))]                                # test_suite_harness
-    out += [(f"rkb:{RKB}#backward", read(RKB / k)) for k in ("backward.cpp", "backward_wrong.cpp")]
+    out += [(f"rkb:{RKB}@multi", (RKB / "forward.cpp").read_text())]                      # test_suite_harness
+    out += [(f"rkb:{RKB}#backward", (RKB / k).read_text()) for k in ("backward.cpp", "backward_wrong.cpp")]
     out += [(f"rkb:{SUITE / 'optional_arg'}", seed(f"rkb:{SUITE / 'optional_arg'}")),
             (f"rkb:{SUITE / 'batchnorm_train'}", seed(f"rkb:{SUITE / 'batchnorm_train'}"))]
-    for ref in (f"rkb:{RKB}", f"rkb:{RKB}#backward"):                                       # test_sweep
+    for ref in (f"rkb:{RKB}", f"rkb:{RKB}#backward"):                                   # test_sweep
         out += [(ref, s.source) for s in load_task(ref).seeds]
     return out
 

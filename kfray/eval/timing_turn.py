@@ -11,37 +11,35 @@ import os
 import time
 from contextlib import contextmanager
 
-_depth = 0          # a job inside a job (a suite job's reference timed through run_job) locks once
+_depth = 0          # held already by this process: a nested turn would wait on itself, so it takes none
+
+
+def _lock_file(path: str) -> int:
+    """The lock file opened, or -1: a lock that cannot be opened must not cost the evaluation.
+    Read-only is enough for flock, and all the sandbox's file view offers (eval/isolation.py)."""
+    try:
+        return os.open(path, os.O_RDONLY) if os.path.exists(path) else os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:
+        return -1
 
 
 @contextmanager
 def timing_turn(job: dict | None = None):
     global _depth
     path = os.environ.get("KFRAY_TIMING_LOCK", "")
-    if not path or _depth:
-        _depth += 1
-        try:
-            yield
-        finally:
-            _depth -= 1
-        return
-    try:        # read-only is enough for flock, and all the sandbox's file view offers (eval/isolation.py)
-        fd = os.open(path, os.O_RDONLY) if os.path.exists(path) else os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    except OSError:
-        fd = -1
-    if fd < 0:  # a lock that cannot be opened must not cost the evaluation
-        yield
-        return
+    fd = _lock_file(path) if path and not _depth else -1
     try:
-        t0 = time.perf_counter()
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        waited = time.perf_counter() - t0
-        if job and waited > 0.01 and job.get("extend") and job.get("call_deadline_s") and job.get("started"):
-            job["extend"](time.perf_counter() - job["started"] + float(job["call_deadline_s"]))
+        if fd >= 0:
+            t0 = time.perf_counter()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            waited = time.perf_counter() - t0
+            if job and waited > 0.01 and job.get("extend") and job.get("call_deadline_s") and job.get("started"):
+                job["extend"](time.perf_counter() - job["started"] + float(job["call_deadline_s"]))
         _depth += 1
         try:
             yield
         finally:
             _depth -= 1
     finally:
-        os.close(fd)            # closing the file releases the lock
+        if fd >= 0:
+            os.close(fd)        # closing the file releases the lock

@@ -174,8 +174,10 @@ def time_backward(judge, clock, case, model, xs, seed: int, warmup: int, trials:
     ts, pairs = timed()
     extra = request_overhead(judge, case, model, xs, g[0]) if g else 0.0
     why = clock_check(pairs, runner.quiet_round_trip(), max(side.overhead, extra))
-    if why:     # a second look, whose times then count: a burst of load on the host passes, a patched clock
-        ts, pairs = timed()     # does not (an honest backward under load was flagged once in ~5 runs of the suite)
+    if why:
+        # a second look, whose times then count: a burst of load on the host passes, a patched clock
+        # does not (an honest backward under load was flagged once in about five runs of the suite)
+        ts, pairs = timed()
         why = clock_check(pairs, runner.quiet_round_trip(), max(side.overhead, extra))
     if why:
         judge.flags.append(f"configuration {case.name}: {why}")
