@@ -34,13 +34,32 @@ def pytest_collection_finish(session):
     """In one process, when a file that uses the suites' cache is collected: tests/prebuild.py fills
     it in the background at autogroup nice 19 and the idle scheduling class (it gets a core only
     while the tests leave one free). KFRAY_TEST_PREBUILD=0 turns it off."""
+    if any(item.path.name in _PREBUILD_FILES for item in session.items):
+        _start_prebuild()
+
+
+def pytest_sessionstart(session):
+    """Under pytest-xdist the workers collect and the controller does not: the controller, which made
+    the cache, starts the prebuild when its arguments reach one of those files (a -k that then
+    deselects them costs only idle time)."""
+    from pathlib import Path
+
+    if not _on_workers(session.config) or hasattr(session.config, "workerinput"):
+        return
+    for arg in session.config.args:
+        path = Path(session.config.invocation_params.dir, arg.split("::")[0])
+        if path.name in _PREBUILD_FILES or (path.is_dir() and any(next(path.rglob(n), None) for n in _PREBUILD_FILES)):
+            _start_prebuild()
+            return
+
+
+def _start_prebuild():
     import importlib.util
     import subprocess
     import sys
 
-    if (not _MADE_SUITE_CACHE or os.environ.get("KFRAY_TEST_PREBUILD", "1") == "0" or shutil.which("g++") is None
-            or importlib.util.find_spec("torch") is None
-            or not any(item.path.name in _PREBUILD_FILES for item in session.items)):
+    if (not _MADE_SUITE_CACHE or _prebuild or os.environ.get("KFRAY_TEST_PREBUILD", "1") == "0"
+            or shutil.which("g++") is None or importlib.util.find_spec("torch") is None):
         return
 
     def idle():
@@ -85,8 +104,6 @@ def pytest_unconfigure(config):
 # 2 cores) go first, each on its own, so that no worker is left with a long test at the end while
 # the other idles. A test missing from this list only costs time, never a result.
 LONG_FIRST = (
-    "test_sweep_of_two_robust_kbench_tasks_in_the_suites_form_on_two_evaluators",
-    "test_a_backward_kernel_that_rewrites_the_comparisons_of_its_process_is_still_rejected",
     "test_a_kernel_whose_forked_processes_keep_its_request_thread_waiting_does_not_hide_a_patched_clock",
     "test_a_load_inline_modelnew_is_built_into_the_compile_cache_once",
     "test_sweep_shares_one_token_budget_and_reports_both_baselines", "test_default_run_through_the_cli",
@@ -96,8 +113,6 @@ LONG_FIRST = (
     "test_an_llm_search_evolves_a_kernelbench_task_in_kernelbenchs_form",
     "test_driver_sigkilled_then_resumed_loses_nothing_and_repeats_nothing",
     "test_short_search_on_opencl_cpu_beats_its_seed", "test_a_modelnew_that_slows_the_references_torch_function_gains_nothing",
-    "test_robust_kbench_forward_extension_is_timed_the_suites_way",
-    "test_robust_kbench_backward_kernels_run_through_the_tasks_autograd_function",
     "test_a_run_on_a_one_at_a_time_server", "test_a_modelnew_that_patches_the_clocks_is_flagged",
     "test_ray_start_up_lines_stay_out_of_the_terminal_unless_verbose",
     "test_a_kernel_far_slower_than_its_reference_is_charged_a_timeout_that_says_so",
@@ -116,13 +131,18 @@ def _work_unit(item) -> tuple[int, str]:
 
 
 def _on_workers(config) -> bool:
-    """Whether pytest-xdist spreads this run over workers (-n N, N > 0)."""
+    """Whether pytest-xdist spreads this run over workers (-n N, N > 0): true in the controller and
+    in each worker (where xdist sets numprocesses to None; reading only that, the groups below were
+    never made and a file's tests were dealt out one by one)."""
+    if hasattr(config, "workerinput"):
+        return True
     try:
         return bool(config.getoption("numprocesses"))
     except ValueError:          # pytest-xdist not installed
         return False
 
 
+@pytest.hookimpl(tryfirst=True)         # before xdist's own hook turns the groups into node ids
 def pytest_collection_modifyitems(config, items):
     if not _on_workers(config):
         return      # one process: files in their order, so each module's fixtures are made once
