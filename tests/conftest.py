@@ -98,7 +98,7 @@ def pytest_unconfigure(config):
         shutil.rmtree(_PCH_DIR, ignore_errors=True)
 
 
-# --- spreading the suite over pytest-xdist workers (README: `-n auto --dist loadgroup`) ----------
+# --- spreading the suite over pytest-xdist workers (README: `-n auto`; pyproject adds loadgroup) ---
 # A file's tests run on one worker (its module fixtures are made once); the three files that read
 # the shared matmul run go together (it is made once); and the longest tests (each over ~15 s on
 # 2 cores) go first, each on its own, so that no worker is left with a long test at the end while
@@ -152,6 +152,27 @@ def pytest_collection_modifyitems(config, items):
     for it in items:
         it.add_marker(pytest.mark.xdist_group(units[id(it)][1]))
     items.sort(key=lambda it: units[id(it)][0])     # stable: files keep their order after the long tests
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Under pytest-xdist, a test marked `alone` runs (set-up and teardown too) while no other worker
+    runs one: a readers-writer lock of two flocks in the shared folder. Every other test holds the
+    main lock shared; an `alone` test first takes the gate, so that no new test starts, then the main
+    lock exclusively, once the tests in flight have ended."""
+    if not hasattr(item.config, "workerinput"):
+        yield
+        return
+    import fcntl
+
+    with open(os.path.join(_PCH_DIR, "gate.lock"), "a") as gate, open(os.path.join(_PCH_DIR, "alone.lock"), "a") as main:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        if item.get_closest_marker("alone"):
+            fcntl.flock(main, fcntl.LOCK_EX)
+        else:
+            fcntl.flock(main, fcntl.LOCK_SH)
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        yield
 
 
 def pytest_xdist_auto_num_workers(config):

@@ -298,6 +298,7 @@ def test_aot_form_needs_icpx(sycl_cache):
         ev.shutdown()
 
 
+@pytest.mark.alone      # beside another worker's builds its seed's re-timed figure read 1.15x instead of ~2.4x
 @needs_device
 def test_short_search_on_opencl_cpu_beats_its_seed(ray_local, tmp_path, sycl_cache):
     _require_device()
