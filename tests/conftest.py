@@ -206,7 +206,7 @@ def suite_cache():
     backward, the judge's hostile kernels, KernelBench ModelNew files): a torch extension is 25-30 s
     of g++ on 2 cores, and test_sweep built again the two that test_suite_harness had built. A test
     that checks caching itself builds a kernel of its own, or uses a cache of its own. Made at
-    start-up, so that tests/prebuild.py can fill it in the background (pytest_collection_finish)."""
+    start-up, so that tests/prebuild.py can fill it in the background (_start_prebuild)."""
     from pathlib import Path
 
     return Path(_SUITE_CACHE)
