@@ -27,3 +27,23 @@ def test_two_candidates_with_one_source_and_setting_are_one_contender():
     ids = [c["id"] for c, _ in contenders(book, 2)]
     assert ids[0] in ("a1", "a2") and ids[1] == "a3", ids
     assert [c["id"] for c, _ in contenders(book, 5)][1:] == ["a3", "b1"]
+
+
+def test_best_vs_seed_is_the_ratio_of_their_own_times_when_the_reference_was_slow_beside_one():
+    """Both re-timed in the same rounds, each with its reference timed beside it: a round where the
+    reference ran 10x slow (a BLAS sharing its cores) makes the seed's speedup look 10x better, and
+    "vs seed" read from the two speedups said the best was slower than its seed. From the kernels'
+    own times it is what a user timing the two files would find."""
+    from kfray.driver.finish import vs_seed
+    from kfray.driver.retime import summarize
+
+    best_rounds = [EvalResult(candidate_id="b", tier=TIER_CORRECT, times={"s": 0.10, "t": 0.20},
+                              ref_times={"s": 0.2, "t": 0.4}) for _ in range(3)]
+    seed_rounds = [EvalResult(candidate_id="s", tier=TIER_CORRECT, times={"s": 0.25, "t": 0.50},
+                              ref_times={"s": 2.0, "t": 4.0}) for _ in range(3)]    # slow references
+    best = summarize(2.0, [r.speedup for r in best_rounds], times=[r.times for r in best_rounds])
+    seed = summarize(8.0, [r.speedup for r in seed_rounds], times=[r.times for r in seed_rounds])
+    assert seed["retimed"] > best["retimed"]              # the speedups alone put the seed ahead
+    assert vs_seed(best, seed) == 2.5                     # its own time: 2.5x faster on each shape
+    # with no times per shape in common, the speedups' ratio is what there is
+    assert vs_seed(dict(best, times={"s": 0.1}), dict(seed, times={"t": 0.5})) == round(2.0 / 8.0, 4)
