@@ -1,6 +1,8 @@
 """Shared fixtures: one Ray instance for the whole session (ray.init costs 3 s), GPU/SYCL skips."""
 from __future__ import annotations
 
+import json
+
 import os
 import shutil
 import tempfile
@@ -99,14 +101,14 @@ def pytest_unconfigure(config):
 
 
 # --- spreading the suite over pytest-xdist workers (README: `-n auto`; pyproject adds loadgroup) ---
-# A file's tests run on one worker (its module fixtures are made once); the three files that read
-# the shared matmul run go together (it is made once); and the longest tests (each over ~15 s on
+# A file's tests run on one worker (its module fixtures are made once); the tests that read the
+# session's default run go together, first (it is made once); and the longest tests (each over ~15 s on
 # 2 cores) go first, each on its own, so that no worker is left with a long test at the end while
 # the other idles. A test missing from this list only costs time, never a result.
 LONG_FIRST = (
     "test_a_kernel_whose_forked_processes_keep_its_request_thread_waiting_does_not_hide_a_patched_clock",
     "test_a_load_inline_modelnew_is_built_into_the_compile_cache_once",
-    "test_sweep_shares_one_token_budget_and_reports_both_baselines", "test_default_run_through_the_cli",
+    "test_sweep_shares_one_token_budget_and_reports_both_baselines",
     "test_heterogeneous_cluster_placement_and_node_loss",
     "test_a_kernel_that_keeps_its_own_request_thread_waiting_does_not_hide_a_patched_clock",
     "test_sigterm_ends_a_run_cleanly_and_resume_finishes_it",
@@ -118,15 +120,16 @@ LONG_FIRST = (
     "test_a_kernel_far_slower_than_its_reference_is_charged_a_timeout_that_says_so",
 )
 SHARED_RUN_FILES = ("test_search.py", "test_report.py", "test_qd_gradient.py")
+SHARED_RUN_TESTS = ("test_default_run_through_the_cli",)
 
 
 def _work_unit(item) -> tuple[int, str]:
     """(order, group) of a test for pytest-xdist's loadgroup scheduling."""
     name = item.originalname or item.name
+    if item.path.name in SHARED_RUN_FILES or name in SHARED_RUN_TESTS:
+        return -1, "matmul_run"         # the longest unit: the default run, then what reads it
     if name in LONG_FIRST:
         return LONG_FIRST.index(name), f"{item.path.name}::{name}"
-    if item.path.name in SHARED_RUN_FILES:
-        return len(LONG_FIRST), "matmul_run"
     return len(LONG_FIRST) + 1, item.path.name
 
 
@@ -212,19 +215,32 @@ def suite_cache():
     return Path(_SUITE_CACHE)
 
 
+# `kfray run` as a new user types it, on a smaller budget: the default config (three tasks, 2
+# evaluators, real g++ builds, the inner tuner, migrations, evolving prompts, re-timing). 14 a task
+# gives every island two generations; the budget is run out rather than the default 45 s of
+# proposing, which on a loaded host once ended before any island's second generation.
+DEFAULT_RUN_SETS = ("search.islands=2", "search.budget=14", "search.time_limit_s=0")
+
+
 @pytest.fixture(scope="session")
 def matmul_run(ray_local, tmp_path_factory):
-    """One real matmul search (g++ builds, real timings), shared by the tests that look at a finished
-    run: 2 islands, 2 evaluators, migrations every 2 generations, prompts evolved every 2 reports.
-    test_search checks the search itself, test_report renders it, test_qd_gradient reads its
-    transitions; none of them changes what the run wrote (reports go beside it)."""
+    """The session's one real default search (DEFAULT_RUN_SETS, through the CLI), shared by the
+    tests that look at a finished run: test_cli checks the run as a user sees it, test_search its
+    matmul search, test_report renders it and test_qd_gradient reads its transitions; none of them
+    changes what the run wrote (reports go beside it). Its terminal output is kept in "out"."""
+    import contextlib
+    import io
+
+    from kfray.cli import main
     from kfray.config import load_config
-    from kfray.driver import run_search
 
     root = tmp_path_factory.mktemp("matmul_run")
     cache = root / "cache"
-    cfg = load_config(None, ["tasks=[matmul]", "search.islands=2", "search.budget=14", "search.batch=2",
-                             "search.migrate_every=2", "eval.evaluators=2", "prompts.evolve_every=2",
-                             f"eval.cache_dir={cache}"])
-    summary = run_search(cfg, root / "run", progress=False)
-    return {"run_dir": root / "run", "summary": summary, "cfg": cfg, "cache": cache}
+    sets = [*DEFAULT_RUN_SETS, f"eval.cache_dir={cache}"]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc = main(["run", "--run-dir", str(root / "run"), "--quiet", *(a for k in sets for a in ("--set", k))])
+    assert rc == 0, out.getvalue()[-3000:]
+    summary = json.loads((root / "run" / "summary.json").read_text())
+    return {"run_dir": root / "run", "summary": summary, "cfg": load_config(None, sets), "cache": cache,
+            "out": out.getvalue()}

@@ -10,19 +10,13 @@ from kfray.cli import main
 
 
 @pytest.mark.slow
-def test_default_run_through_the_cli(ray_local, tmp_path, tmp_cache, capsys):
-    """`kfray run` as a new user types it (the default config: three tasks, real g++ builds, the
-    inner tuner, re-timing), on a smaller budget (the full default run is timed in
-    scripts/bench_cpu_default.py). 12 a task still gives every island two generations: migrations,
-    a new prompt generation, and a best well above its seed. The budget is run out: within the
-    default 45 s of proposing, how far a run gets is the machine's speed (a loaded host once ended
-    it before any island's second generation)."""
-    run_dir = tmp_path / "D"
-    assert main(["run", "--run-dir", str(run_dir), "--quiet", "--set", "search.islands=2",
-                 "--set", "search.budget=12", "--set", "search.time_limit_s=0"]) == 0
-    out = capsys.readouterr().out
+def test_default_run_through_the_cli(matmul_run, capsys):
+    """`kfray run` as a new user types it: the session's default run (conftest.py's `matmul_run`,
+    through the CLI, on a smaller budget; the full default run is timed in
+    scripts/bench_cpu_default.py)."""
+    run_dir, s = matmul_run["run_dir"], matmul_run["summary"]
+    out = matmul_run["out"]
     assert "best vs seed" in out and "matmul" in out
-    s = json.loads((run_dir / "summary.json").read_text())
     assert set(s["tasks"]) == {"axpb", "softmax", "matmul"}
     assert all(t["correct"] for t in s["tasks"].values())
     assert max(t["best_speedup_vs_seed"] for t in s["tasks"].values()) >= 1.5
