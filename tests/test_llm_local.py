@@ -317,6 +317,36 @@ def test_a_request_that_came_back_as_a_repeat_twice_is_not_sent_a_third_time(tmp
         ev.shutdown()
 
 
+def test_islands_that_send_one_prompt_share_what_it_came_back_as(tmp_cache):
+    """Islands of a task share elites, so they send the same prompt; the memory of what it came back
+    as is the endpoint's. Two islands each sent it once and got the parent back: the next child of
+    it, on either island, is that answer from memory, with no request."""
+    import dataclasses
+
+    from kfray.eval.evaluator import Evaluator
+    from kfray.proposal import ProposalContext
+    from kfray.search import repeats
+
+    ev = Evaluator("cpu", EvalConfig(tune_budget=0, trials=1, repeats=1, min_time_s=0.0, warmup=0))
+    try:
+        with ScriptedServer(["```cpp\n" + AXPB + "```"], serial=True) as srv:
+            a, seed = _seeded_island(srv, ev, repeat_asks=0)
+            b = Island(1, "axpb", "cpp", SearchConfig(islands=2, batch=1),
+                       LLMProposer(_cfg(srv, edit_mode="rewrite", repair=True, repeat_asks=0)))
+            elite, = a.archive.elites()
+            b.seed([(elite.candidate, elite.result)])            # as a migration brings it
+            ctx = ProposalContext(task=a.task, language="cpp", parent=elite, inspirations=[], target_cell=None,
+                                  meta_prompt=None, device_facts={}, island=0, generation=1)
+            firsts = [repeats.ask(isl, dataclasses.replace(ctx)) for isl in (a, b)]
+            assert len(srv.requests) == 2 and srv.requests[0]["messages"] == srv.requests[1]["messages"]
+            assert all(c.origin == "llm+edit" for c in firsts), [c.origin for c in firsts]
+            again = repeats.ask(a, dataclasses.replace(ctx))
+            assert len(srv.requests) == 2, "asked a third time, though two islands had it back as the parent"
+            assert again.origin == "llm+edit" and again.source.strip()
+    finally:
+        ev.shutdown()
+
+
 COMMENTED = """\
 #include <cstdint>
 // quokka: y = a * x + b in one pass over x

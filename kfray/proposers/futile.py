@@ -7,6 +7,11 @@ the model's 2,700). Once a prompt has come back as a repeat AFTER times, its nex
 remembered answer, given without a request: kfray.search.repeats edits it as it edits any repeat,
 and the model's time goes to a prompt that may give something new. A model whose answers vary
 seldom repeats a prompt twice, and is asked as before.
+
+The memory is the endpoint's (kept beside its slots, kfray.proposers.slots), not an island's: the
+islands of a task share elites through migration and so send the same prompt, and in a later run
+two islands sent one prompt three times between them, each answered with the same 619 characters
+(35 s of the model each), where each island alone had not yet seen it twice.
 """
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ import json
 from collections import OrderedDict
 
 AFTER = 2           # repeats of one prompt before its answer is remembered rather than asked again
-SIZE = 512          # prompts remembered per proposer (the oldest go first)
+SIZE = 512          # prompts remembered per endpoint (the oldest go first)
 
 
 def prompt_key(model: str, mode: str, temperature: float | None, messages: list[dict]) -> str:

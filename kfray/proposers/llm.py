@@ -28,7 +28,7 @@ from kfray.proposers.base import Proposer, ProposalContext
 from kfray.proposers.chat import Endpoint
 from kfray.proposers.diff_edit import EditError, apply_edits, has_edits, parse_edits
 from kfray.proposers.fragments import C_LIKE, complete_from_parent
-from kfray.proposers.futile import FutilePrompts, prompt_key
+from kfray.proposers.futile import prompt_key
 from kfray.proposers.slots import EndpointSlots, default_limit, is_local
 from kfray.source import parse_params
 
@@ -93,7 +93,6 @@ class LLMProposer(Proposer):
         self.modes = {m: [0, 0.0] for m in MODES}    # edit mode -> [rewards, reward sum] (auto)
         self.written: dict[str, tuple[str, str]] = {}  # candidate id -> (model, edit mode)
         self.asked: dict[str, str] = {}        # candidate id -> its request's key (kfray.proposers.futile)
-        self.futile = FutilePrompts()
         self.last: dict = {}                   # what the last proposal cost and how it parsed
         # when this proposer's current batch began (wall time, set by its island): every request
         # of the batch waits for a slot with that rank (kfray.proposers.slots); None: when sent
@@ -148,8 +147,8 @@ class LLMProposer(Proposer):
     def repeated(self, cand: Candidate, dropped: bool = True) -> None:
         model, _mode = (self.written.pop if dropped else self.written.get)(cand.id, ("", ""))
         key = self.asked.pop(cand.id, None)
-        if key is not None:
-            self.futile.note(key, cand.source, cand.params)
+        if key is not None and model in self.endpoints:     # kept by the endpoint, for every island
+            self.endpoints[model].slots.note(key, cand.source, cand.params)
         if model in self.clients:
             if dropped:
                 self.pending[model] = max(0, self.pending.get(model, 0) - 1)
@@ -236,7 +235,7 @@ class LLMProposer(Proposer):
             messages = build_messages(ctx, mode, getattr(self.cfg, "prompt_tokens", 0))
             heat = min(1.3, self.cfg.temperature + self.REPEAT_HEAT * ctx.repeats) if ctx.repeats else None
             key = prompt_key(spec.model, mode, heat, messages)
-            known = self.futile.answer(key)
+            known = self.endpoints[spec.model].slots.remembered(key)
             if known is not None:       # this very request came back as a repeat twice: not asked again
                 cand.source, cand.params = known
                 self.last.update(parsed=True, remembered=True)

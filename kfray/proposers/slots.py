@@ -23,6 +23,8 @@ from collections import deque
 from contextlib import contextmanager
 from urllib.parse import urlparse
 
+from kfray.proposers.futile import FutilePrompts
+
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
 LEASE_S = 30.0              # a holder renews every LEASE_S / 3; a dead one's slot frees after this
 # A freed slot waits this long for the next request of the batch that freed it before a later
@@ -174,10 +176,18 @@ class Slots:
 
 
 class SlotsActor:
-    """The Ray shell of Slots: an async actor, so many callers can wait on it at once."""
+    """The Ray shell of Slots: an async actor, so many callers can wait on it at once. It also keeps
+    the endpoint's futile prompts (kfray.proposers.futile), for every island that asks it."""
 
     def __init__(self, limit: int):
         self.slots = Slots(limit)
+        self.futile = FutilePrompts()
+
+    def note(self, key: str, source: str, params: dict) -> None:
+        self.futile.note(key, source, params)
+
+    def remembered(self, key: str) -> tuple[str, dict] | None:
+        return self.futile.answer(key)
 
     async def acquire(self, holder: str, limit: int, lease_s: float = LEASE_S, rank: float | None = None) -> bool:
         self.slots.set_limit(limit)
@@ -200,7 +210,16 @@ class LocalSlots:
 
     def __init__(self, limit: int):
         self.slots = Slots(limit)
+        self.futile = FutilePrompts()
         self._lock = threading.Lock()
+
+    def note(self, key: str, source: str, params: dict) -> None:
+        with self._lock:
+            self.futile.note(key, source, params)
+
+    def remembered(self, key: str) -> tuple[str, dict] | None:
+        with self._lock:
+            return self.futile.answer(key)
 
     def acquire(self, holder: str, limit: int, lease_s: float = LEASE_S, rank: float | None = None) -> bool:
         while True:
@@ -270,6 +289,14 @@ class EndpointSlots:
 
     def stats(self) -> dict:
         return self._call("stats")
+
+    def note(self, key: str, source: str, params: dict) -> None:
+        """The request `key` came back as a kernel already tried (kfray.proposers.futile)."""
+        self._call("note", key, source, params)
+
+    def remembered(self, key: str) -> tuple[str, dict] | None:
+        """The answer of a request that came back as a repeat often enough, from any island."""
+        return self._call("remembered", key)
 
     @contextmanager
     def hold(self, holder: str, rank: float | None = None):
