@@ -146,6 +146,11 @@ def test_evolver_asks_the_model_to_rewrite_prompts(monkeypatch):
                            ProposerConfig(kind="llm", base_url=srv.base_url, model="scripted"))
         new = ev.report(ev.sample().id, 5.0)
         asked = len(srv.requests)
+        # with fewer proposals left in the run than a prompt generation, a new prompt is bred
+        # without a request (the driver says so: kfray.driver.loop)
+        ev.wind_down()
+        late = ev.report(ev.sample().id, 6.0)
+        assert len(srv.requests) == asked and late is not None and late["generation"] == 2
     assert asked == 1 and "Performance feedback" in srv.requests[0]["messages"][1]["content"]
     assert new["sections"]["analysis"] == "Profile first." and new["generation"] == 1
     offline = PromptEvolver(PromptConfig(population=2, evolve_every=1), ProposerConfig(kind="offline"))

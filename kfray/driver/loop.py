@@ -21,7 +21,11 @@ def event_loop(co, t_start: float) -> None:
     bar.advance(led.total_spent())
     deadline = t_start + s.time_limit_s if s.time_limit_s > 0 else float("inf")
     mig = Migrations(co)
+    wound_down = False
     while not co.stopping:
+        if not wound_down and led.total_budget() - led.total_spent() < co.cfg.prompts.evolve_every:
+            co.evolver.wind_down.remote()       # too few proposals left to use a model's new prompt
+            wound_down = True
         for ref, i, n in led.requests(out_of_time=time.time() > deadline):
             proposing[co.islands[ref][i].propose.remote(n)] = (ref, i)
         waitable = list(proposing) + list(ingesting)

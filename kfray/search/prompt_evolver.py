@@ -19,6 +19,7 @@ class PromptEvolver:
         self.population = MetaPromptPopulation(size=prompt_cfg.population, explore=prompt_cfg.explore,
                                                evolve_every=prompt_cfg.evolve_every, seed=seed)
         self._rewrite = None
+        self.winding_down = False
         if proposer_cfg is not None and getattr(proposer_cfg, "kind", "") == "llm":
             from kfray.proposers.llm import LLMProposer   # only LLM runs need openai
             from kfray.proposers.models import RemoteLedger
@@ -29,8 +30,17 @@ class PromptEvolver:
             self._rewrite = self._rewrite_in_budget
 
     def _rewrite_in_budget(self, sections: dict, feedback: str):
-        """A model rewrite while the run's LLM budget lasts; None (recombination) once it is spent."""
-        return None if getattr(self._llm, "exhausted", False) else self._llm.rewrite_meta_prompt(sections, feedback)
+        """A model rewrite while the run's LLM budget lasts and the run has proposals left to use it;
+        None (recombination, no request) once it is spent or the run is winding down."""
+        if self.winding_down or getattr(self._llm, "exhausted", False):
+            return None
+        return self._llm.rewrite_meta_prompt(sections, feedback)
+
+    def wind_down(self) -> None:
+        """Fewer proposals are left in the run than a prompt generation: a model's rewrite now would be
+        a request whose prompt is hardly used (a local model's last one took 38 s of a 45-minute run
+        with 3 proposals to go), so new prompts are bred without the model."""
+        self.winding_down = True
 
     def sample(self) -> MetaPrompt:
         return self.population.sample()
