@@ -3,13 +3,13 @@ suite's own form for suite tasks), and summary.json."""
 from __future__ import annotations
 
 import json
-import math
 import re
 import time
 from typing import Any
 
 import ray
 
+from kfray.candidate import TIER_CORRECT, EvalResult
 from kfray.driver.actors import when_up
 from kfray.driver.roofline import add_rooflines
 from kfray.driver.retime import best_pair, retime_bests
@@ -101,10 +101,11 @@ def vs_seed(best: dict, seed: dict) -> float:
     noisiest of the three where it shares the cores (a BLAS), does not enter twice; else the ratio
     of their re-timed speedups."""
     a, b = best.get("times") or {}, seed.get("times") or {}
-    ratios = [b[s] / a[s] for s in set(a) & set(b) if a[s] > 0 and b[s] > 0]
-    if not ratios:
-        return round(best["retimed"] / seed["retimed"], 4)
-    return round(math.exp(sum(math.log(r) for r in ratios) / len(ratios)), 4)
+    shared = [s for s in set(a) & set(b) if a[s] > 0 and b[s] > 0]
+    # the seed's times as the reference: EvalResult's own geometric mean over shapes
+    over = EvalResult(candidate_id="", tier=TIER_CORRECT, times={s: a[s] for s in shared},
+                      ref_times={s: b[s] for s in shared}).speedup
+    return round(over if over > 0 else best["retimed"] / seed["retimed"], 4)
 
 
 def task_entry(co, ref: str, island_states: list[dict], retimed: dict | None = None) -> dict[str, Any]:
