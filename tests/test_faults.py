@@ -1,4 +1,4 @@
-"""Faults in the middle of a search: an evaluator killed, an island killed, the driver SIGKILLed.
+"""Faults in the middle of a search: an evaluator killed, an island killed, the driver stopped or SIGKILLed.
 
 Nothing evaluated may be lost, nothing may be evaluated twice, and the run ends with as many
 evaluated candidates as its budget. The engine is what is tested, so the searches run on the `sim`
@@ -15,7 +15,6 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
 
 from kfray.config import load_config
 from kfray.driver import resume_search, run_search
@@ -127,51 +126,40 @@ def test_island_killed_mid_run_comes_back_with_its_archive(ray_local, tmp_path, 
     _check_db(db, budget)
 
 
-def _driver(run_dir: Path, budget: int, cache) -> subprocess.Popen:
-    """`kfray run` on axpb in its own process group (the driver and the Ray instance it starts), ended
-    by its budget: the CLI's default time limit (45 s from each start) cut a resume on a loaded
-    machine short of the budget these tests check."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "KFRAY_CACHE": str(cache)}
-    env.pop("RAY_ADDRESS", None)
-    return subprocess.Popen(
-        [sys.executable, "-m", "kfray.cli", "run", "--task", "axpb", "--quiet", "--run-dir", str(run_dir),
-         "--set", "search.islands=2", "--set", f"search.budget={budget}", "--set", "eval.evaluators=2",
-         "--set", "eval.tune_budget=0", "--set", "eval.backend=sim", "--set", "eval.simulate_s=0.3", "--set", "search.retime_top=0",
-         "--set", "search.time_limit_s=0", "--set", f"eval.cache_dir={cache}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=str(ROOT), start_new_session=True)
+def _driver(ray, run_dir: Path, budget: int, cache, resume: bool = False) -> subprocess.Popen:
+    """`kfray run` on axpb (or `kfray resume` of it) in its own process group, attached to the
+    session's Ray instance as a driver on a cluster is (a local instance of its own costs ~10 CPU-s
+    to start), and ended by its budget: the CLI's default time limit (45 s from each start) cut a
+    resume on a loaded machine short of the budget these tests check. Killing the driver ends its
+    job: Ray removes the job's actors, and a resume starts new ones."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "KFRAY_CACHE": str(cache),
+           "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
+    sets = ["search.islands=2", f"search.budget={budget}", "eval.evaluators=2", "eval.tune_budget=0",
+            "eval.backend=sim", "eval.simulate_s=0.3", "search.retime_top=0", "search.time_limit_s=0",
+            f"eval.cache_dir={cache}"]
+    args = (["resume", str(run_dir), "--quiet"] if resume else
+            ["run", "--task", "axpb", "--quiet", "--run-dir", str(run_dir), *(a for k in sets for a in ("--set", k))])
+    return subprocess.Popen([sys.executable, "-m", "kfray.cli", *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, env=env, cwd=str(ROOT), start_new_session=True)
 
 
-def test_driver_sigkilled_then_resumed_loses_nothing_and_repeats_nothing(ray_local, tmp_path, tmp_cache):
-    budget, k = 12, 5
-    run_dir = tmp_path / "crash"
-    db = run_dir / "kfray.db"
-    proc = _driver(run_dir, budget, tmp_cache)
-    try:
-        _wait(lambda: _count(db) >= k or proc.poll() is not None, 180, f"{k} evaluated candidates")
-        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)   # the driver and the Ray instance it started
-        except ProcessLookupError:
-            pass
-        proc.wait(30)
-    before = {i for i, in _rows(db, "SELECT id FROM candidates")}
-    assert k <= len(before) < budget
-    summary = resume_search(run_dir, progress=False)
-    assert summary["tasks"]["axpb"]["evaluated"] == budget
-    after = _check_db(db, budget)
-    assert before <= after, f"lost in the crash: {before - after}"
-    status = json.loads(_rows(db, "SELECT value FROM meta WHERE key = 'status'")[0][0])
-    assert status == "finished"
+def _ids(db: Path) -> set:
+    return {i for i, in _rows(db, "SELECT id FROM candidates")}
 
 
-def test_sigterm_ends_a_run_cleanly_and_resume_finishes_it(ray_local, tmp_path, tmp_cache):
-    """What scancel, `ray job stop` or a preempted node sends: the driver records what finished,
-    releases its actors, says so in one line and exits 143; `kfray resume` then completes the run."""
-    budget, k = 12, 4
+def _status(db: Path) -> str:
+    return json.loads(_rows(db, "SELECT value FROM meta WHERE key = 'status'")[0][0])
+
+
+def test_a_stopped_then_killed_driver_resumes_with_nothing_lost_and_nothing_repeated(ray_local, tmp_path, tmp_cache):
+    """One run, three endings. SIGTERM (what scancel, `ray job stop` or a preempted node sends): the
+    driver records what finished, releases its actors, says so in one line and exits 143. `kfray
+    resume` then goes on, and is SIGKILLed mid-run (no chance to record anything). A last resume
+    finishes the budget: nothing evaluated before either ending is lost or evaluated again."""
+    budget, k = 16, 4
     run_dir = tmp_path / "term"
     db = run_dir / "kfray.db"
-    proc = _driver(run_dir, budget, tmp_cache)
+    proc = _driver(ray_local, run_dir, budget, tmp_cache)
     try:
         _wait(lambda: _count(db) >= k or proc.poll() is not None, 180, f"{k} evaluated candidates")
         assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
@@ -187,16 +175,32 @@ def test_sigterm_ends_a_run_cleanly_and_resume_finishes_it(ray_local, tmp_path, 
     said = [ln for ln in err.splitlines() if ln.startswith("kfray:")]
     assert len(said) == 1 and "stopped by SIGTERM" in said[0] and f"kfray resume {run_dir}" in said[0], err[-3000:]
     assert "Traceback" not in err and "SIGTERM received" not in err, err[-3000:]
-    status = json.loads(_rows(db, "SELECT value FROM meta WHERE key = 'status'")[0][0])
-    assert status == "stopped"
-    before = {i for i, in _rows(db, "SELECT id FROM candidates")}
-    assert k <= len(before) < budget
+    assert _status(db) == "stopped"
+    stopped = _ids(db)
+    assert k <= len(stopped) < budget
     # the stopped run wrote its summary as a finished run does, from what it had recorded
-    stopped = json.loads((run_dir / "summary.json").read_text())
-    assert stopped["stopped"] == "SIGTERM" and stopped["tasks"]["axpb"]["evaluated"] == len(before), stopped
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["stopped"] == "SIGTERM" and summary["tasks"]["axpb"]["evaluated"] == len(stopped), summary
+
+    proc = _driver(ray_local, run_dir, budget, tmp_cache, resume=True)
+    more = len(stopped) + 2
+    try:
+        _wait(lambda: _count(db) >= more or proc.poll() is not None, 180, f"{more} evaluated candidates")
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)   # the resumed driver, with no chance to record anything
+        except ProcessLookupError:
+            pass
+        proc.wait(30)
+    killed = _ids(db)
+    assert stopped < killed and len(killed) < budget, (len(stopped), len(killed))
+
     summary = resume_search(run_dir, progress=False)
     assert summary["tasks"]["axpb"]["evaluated"] == budget and "stopped" not in summary
-    assert before <= _check_db(db, budget)
+    final = _check_db(db, budget)
+    assert killed <= final, f"lost in the crash: {killed - final}"
+    assert _status(db) == "finished"
 
 
 def test_an_evaluator_without_a_compiler_is_marked_down_and_the_rest_go_on(ray_local, tmp_path):

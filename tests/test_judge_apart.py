@@ -388,7 +388,7 @@ def test_a_modelnew_that_forges_a_verdict_is_refused(tmp_path, suite_cache):
 
 def test_a_modelnew_that_patches_the_clocks_is_flagged(tmp_path, suite_cache):
     k = modelnew(tmp_path, "clock", prelude=CLOCK_PATCH.replace("\\n", "\n"))
-    r = _verify(problem(tmp_path, 2048), k, suite_cache)
+    r = _verify(problem(tmp_path, 1024), k, suite_cache)
     assert r.tier == 5, r.reason
     assert "outside clock" in r.facts.get("untrusted", ""), f"faked times were believed: {r.reason} {r.facts.get('suite')}"
 
@@ -400,7 +400,7 @@ SLOW_RELU = ("_relu = torch.relu\n"
 
 def test_a_modelnew_that_slows_the_references_torch_function_gains_nothing(tmp_path, suite_cache):
     k = modelnew(tmp_path, "slowref", prelude=SLOW_RELU)
-    r = _verify(problem(tmp_path, 2048), k, suite_cache)
+    r = _verify(problem(tmp_path, 1024), k, suite_cache)
     assert r.tier == 5, r.reason
     speedup = r.facts["suite"]["speedup"]
     assert speedup < 2.0, f"the reference was slowed in its own process: {speedup:.2f}x"
@@ -410,7 +410,7 @@ def test_the_reference_timed_in_a_runner_of_its_own_is_the_references_time_untou
     """eval.suite_ref_timing=runner (the default on the GPU): the reference is timed in a runner of its
     own, forked from the clean zygote. The same model on both sides then reads about 1x, and a
     candidate that slows torch in its own process does not slow the reference's runner."""
-    task = problem(tmp_path, 2048)
+    task = problem(tmp_path, 1024)
     same = _verify(task, modelnew(tmp_path, "same", body="        return torch.relu(x)"), suite_cache,
                    "eval.suite_ref_timing=runner")
     assert same.tier == 5, same.reason
@@ -439,7 +439,7 @@ MEMO_BODY = ("        k = (x.data_ptr(), tuple(x.shape))\n"
 
 def test_a_modelnew_that_memoises_by_input_address_gains_nothing(tmp_path, suite_cache):
     k = modelnew(tmp_path, "memo", init=MEMO, body=MEMO_BODY)
-    r = _verify(problem(tmp_path, 2048), k, suite_cache)
+    r = _verify(problem(tmp_path, 1024), k, suite_cache)
     assert not (_trusted_correct(r) and r.facts["suite"]["speedup"] > 3.0), \
         f"memoised results were timed as the kernel's: {r.facts.get('suite')}"
 

@@ -175,7 +175,7 @@ def test_directives_name_the_step():
 
 def test_transitions_table_fills_during_a_run(matmul_run):
     """Read from the session's real default search, its matmul task (conftest.py's `matmul_run`, 2
-    islands a task, budget 14)."""
+    islands a task, budget 10)."""
     db = sqlite3.connect(matmul_run["run_dir"] / "kfray.db")
     db.row_factory = sqlite3.Row
     rows = list(db.execute("SELECT * FROM transitions WHERE task = 'matmul' ORDER BY id"))

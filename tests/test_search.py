@@ -25,7 +25,7 @@ def test_two_islands_two_evaluators_beat_the_seed(matmul_run):
 
     db = sqlite3.connect(run_dir / "kfray.db")
     n, = db.execute("SELECT COUNT(*) FROM candidates WHERE task = 'matmul'").fetchone()
-    assert n == m["evaluated"] <= 14
+    assert n == m["evaluated"] <= cfg.search.budget
     parents = db.execute("SELECT COUNT(*) FROM candidates WHERE parent_id IS NOT NULL AND task = 'matmul'").fetchone()[0]
     assert parents > 0
     correct = [(json.loads(st), json.loads(f)) for st, f in

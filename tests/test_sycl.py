@@ -307,7 +307,7 @@ def test_short_search_on_opencl_cpu_beats_its_seed(ray_local, tmp_path, sycl_cac
     cfg = RunConfig(tasks=["matmul"],
                     search=SearchConfig(islands=2, budget=8, batch=2, migrate_every=1, migrants=1, seed=1),
                     eval=EvalConfig(backend="sycl", sycl_device=DEVICE, sycl_form="jit", evaluators=1,
-                                    compile_workers=1, trials=1, warmup=1, repeats=3, max_repeats=10,
+                                    compile_workers=1, trials=1, warmup=1, repeats=3, max_repeats=10, tune_budget=0,  # the edits, not the tuner, must beat the seed
                                     min_time_s=0.005, cache_dir=str(sycl_cache)))
     summary = run_search(cfg, tmp_path / "run", progress=False)
     m = summary["tasks"]["matmul"]
