@@ -19,8 +19,13 @@ from kfray.errors import KfrayError
 VERIFY_TIMEOUT_S = 600.0
 
 
-def verify(task_ref: str, kernel: str, backend: str | None = None, overrides: list[str] = ()) -> tuple[EvalResult, str]:
-    """(result, backend name) of one evaluation of the kernel file on the task."""
+def verify(task_ref: str, kernel: str, backend: str | None = None, overrides: list[str] = (),
+           judges: dict | None = None) -> tuple[EvalResult, str]:
+    """(result, backend name) of one evaluation of the kernel file on the task.
+
+    `judges`, where many kernels are verified in one process: the evaluators to keep between calls,
+    one per backend and configuration (each one's sandbox costs seconds of PyTorch import to start);
+    the caller shuts them down. A candidate runs in a runner of its own either way."""
     from kfray.config import load_config
     from kfray.eval.backends.torch_ext import backend_for, language_of
     from kfray.eval.evaluator import Evaluator
@@ -46,12 +51,18 @@ def verify(task_ref: str, kernel: str, backend: str | None = None, overrides: li
         params = parse_params(source).default()
     except ValueError as e:
         raise KfrayError(f"{kernel}: {e}") from None
-    ev = Evaluator(name, cfg, "verify")
+    key = (name, repr(cfg))
+    ev = judges.get(key) if judges is not None else None
+    if ev is None:
+        ev = Evaluator(name, cfg, "verify")
+        if judges is not None:
+            judges[key] = ev
     try:
         out = ev.evaluate(Candidate(task=task.ref or task_ref, language=language, source=source, params=params),
                           task.ref or task_ref, tune=False)
     finally:
-        ev.shutdown()
+        if judges is None:
+            ev.shutdown()
     res = EvalResult.from_dict(out)
     if params:
         res.facts["params"] = params

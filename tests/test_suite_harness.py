@@ -55,8 +55,23 @@ def cache(suite_cache):
     return suite_cache
 
 
+_JUDGES: dict = {}      # the file's evaluators, one per backend and configuration (verify's `judges`)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _shut_judges():
+    yield
+    for ev in _JUDGES.values():
+        ev.shutdown()
+    _JUDGES.clear()
+
+
 def _verify(task: str, kernel: Path, cache: Path, *sets: str):
-    res, backend = verify(task, str(kernel), None, [f"eval.cache_dir={cache}", "eval.suite_perf_trials=10", *sets])
+    """`kfray verify` of one file, through evaluators kept for the file: every kernel still runs in a
+    runner of its own, forked from the judge's clean zygote, so one test's kernel cannot reach the
+    next test's (and a judge that a kernel could change would fail the tests after it)."""
+    res, backend = verify(task, str(kernel), None, [f"eval.cache_dir={cache}", "eval.suite_perf_trials=10", *sets],
+                          judges=_JUDGES)
     return res, backend
 
 
