@@ -125,7 +125,7 @@ def _work_unit(item) -> tuple[int, str]:
     """(order, group) of a test for pytest-xdist's loadgroup scheduling."""
     name = item.originalname or item.name
     if item.path.name in SHARED_RUN_FILES or name in SHARED_RUN_TESTS:
-        return -1, "matmul_run"         # the longest unit: the default run, then what reads it
+        return -1, "session_run"         # the longest unit: the default run, then what reads it
     if name in LONG_FIRST:
         return LONG_FIRST.index(name), f"{item.path.name}::{name}"
     return len(LONG_FIRST) + 1, item.path.name
@@ -193,6 +193,15 @@ def ray_local():
     ray.shutdown()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _shut_kept_judges():
+    """The evaluators a file kept between its `verify` calls (tests/kept_judges.py) end with it."""
+    yield
+    import kept_judges
+
+    kept_judges.shut_all()
+
+
 @pytest.fixture
 def tmp_cache(tmp_path, monkeypatch):
     """A private compile cache so tests never see each other's builds."""
@@ -221,7 +230,7 @@ DEFAULT_RUN_SETS = ("search.islands=2", "search.budget=10", "search.time_limit_s
 
 
 @pytest.fixture(scope="session")
-def matmul_run(ray_local, tmp_path_factory):
+def session_run(ray_local, tmp_path_factory):
     """The session's one real default search (DEFAULT_RUN_SETS, through the CLI), shared by the
     tests that look at a finished run: test_cli checks the run as a user sees it, test_search its
     matmul search, test_report renders it and test_qd_gradient reads its transitions; none of them
@@ -232,7 +241,7 @@ def matmul_run(ray_local, tmp_path_factory):
     from kfray.cli import main
     from kfray.config import load_config
 
-    root = tmp_path_factory.mktemp("matmul_run")
+    root = tmp_path_factory.mktemp("session_run")
     cache = root / "cache"
     sets = [*DEFAULT_RUN_SETS, f"eval.cache_dir={cache}"]
     out = io.StringIO()

@@ -10,12 +10,12 @@ from kfray.cli import main
 
 
 @pytest.mark.slow
-def test_default_run_through_the_cli(matmul_run, capsys):
-    """`kfray run` as a new user types it: the session's default run (conftest.py's `matmul_run`,
+def test_default_run_through_the_cli(session_run, capsys):
+    """`kfray run` as a new user types it: the session's default run (conftest.py's `session_run`,
     through the CLI, on a smaller budget; the full default run is timed in
     scripts/bench_cpu_default.py)."""
-    run_dir, s = matmul_run["run_dir"], matmul_run["summary"]
-    out = matmul_run["out"]
+    run_dir, s = session_run["run_dir"], session_run["summary"]
+    out = session_run["out"]
     assert "best vs seed" in out and "matmul" in out
     assert set(s["tasks"]) == {"axpb", "softmax", "matmul"}
     assert all(t["correct"] for t in s["tasks"].values())

@@ -305,6 +305,7 @@ def test_control_a_marker_is_seen_in_the_same_process():
 
 # --- KernelBench ModelNew files ----------------------------------------------------------------------
 torch = pytest.importorskip("torch")
+from kept_judges import JUDGES  # noqa: E402
 from kfray.verify import verify  # noqa: E402
 
 PROBLEM = '''import torch
@@ -354,22 +355,11 @@ def modelnew(tmp_path: Path, name: str, body: str = "        return torch.clamp_
     return p
 
 
-_JUDGES: dict = {}      # the file's evaluators, one per configuration (verify's `judges`)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _shut_judges():
-    yield
-    for ev in _JUDGES.values():
-        ev.shutdown()
-    _JUDGES.clear()
-
-
 def _verify(task: str, kernel: Path, cache: Path, *sets: str) -> EvalResult:
     """`kfray verify` through judges kept for the file: each hostile kernel here runs in a runner of
     its own beside a judge the kernels before it had their chance to reach."""
     res, backend = verify(task, str(kernel), "torch_ext_cpu", [f"eval.cache_dir={cache}", "eval.suite_perf_trials=10",
-                                                                *sets], judges=_JUDGES)
+                                                                *sets], judges=JUDGES)
     return res
 
 

@@ -173,10 +173,10 @@ def test_directives_name_the_step():
     assert isl.directives(None, (1, 1, 1), (0, 0, 1)) == []
 
 
-def test_transitions_table_fills_during_a_run(matmul_run):
-    """Read from the session's real default search, its matmul task (conftest.py's `matmul_run`, 2
+def test_transitions_table_fills_during_a_run(session_run):
+    """Read from the session's real default search, its matmul task (conftest.py's `session_run`, 2
     islands a task, budget 10)."""
-    db = sqlite3.connect(matmul_run["run_dir"] / "kfray.db")
+    db = sqlite3.connect(session_run["run_dir"] / "kfray.db")
     db.row_factory = sqlite3.Row
     rows = list(db.execute("SELECT * FROM transitions WHERE task = 'matmul' ORDER BY id"))
     children = db.execute("SELECT COUNT(*) FROM candidates WHERE parent_id IS NOT NULL AND task = 'matmul'").fetchone()[0]

@@ -13,10 +13,10 @@ from kfray.report.roofline import ceilings, shape_rows
 
 
 @pytest.fixture(scope="module")
-def run_dir(matmul_run):
+def run_dir(session_run):
     """One small real matmul search (2 islands, migrations, evolving prompts): the session's
-    `matmul_run` (conftest.py), which test_search checks and these tests render."""
-    return matmul_run["run_dir"]
+    `session_run` (conftest.py), which test_search checks and these tests render."""
+    return session_run["run_dir"]
 
 
 def _images(html: str) -> list[str]:

@@ -1,6 +1,6 @@
 """A real search on Ray: islands, evaluators, prompt evolver, store, migrations.
 
-One of the few end-to-end runs with real g++ builds and timings (the `matmul_run` fixture in
+One of the few end-to-end runs with real g++ builds and timings (the `session_run` fixture in
 conftest.py, shared with the report and QD-gradient tests): only a real run shows that the search
 beats its seed and that its figures agree with an independent timing."""
 from __future__ import annotations
@@ -14,8 +14,8 @@ from kfray.tasks import load_task
 
 
 @pytest.mark.slow
-def test_two_islands_two_evaluators_beat_the_seed(matmul_run):
-    run_dir, summary, cfg, cache = (matmul_run[k] for k in ("run_dir", "summary", "cfg", "cache"))
+def test_two_islands_two_evaluators_beat_the_seed(session_run):
+    run_dir, summary, cfg, cache = (session_run[k] for k in ("run_dir", "summary", "cfg", "cache"))
     m = summary["tasks"]["matmul"]
     assert m["correct"] and m["best_speedup_vs_seed"] > 1.5, m
     assert summary["migrations"] >= 1

@@ -15,6 +15,7 @@ import contextlib  # noqa: E402
 
 from kfray.errors import KfrayError  # noqa: E402
 from kfray.eval.suite import suite_seeds  # noqa: E402
+from kept_judges import JUDGES  # noqa: E402
 from kfray.verify import verify  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
@@ -55,23 +56,12 @@ def cache(suite_cache):
     return suite_cache
 
 
-_JUDGES: dict = {}      # the file's evaluators, one per backend and configuration (verify's `judges`)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _shut_judges():
-    yield
-    for ev in _JUDGES.values():
-        ev.shutdown()
-    _JUDGES.clear()
-
-
 def _verify(task: str, kernel: Path, cache: Path, *sets: str):
     """`kfray verify` of one file, through evaluators kept for the file: every kernel still runs in a
     runner of its own, forked from the judge's clean zygote, so one test's kernel cannot reach the
     next test's (and a judge that a kernel could change would fail the tests after it)."""
     res, backend = verify(task, str(kernel), None, [f"eval.cache_dir={cache}", "eval.suite_perf_trials=10", *sets],
-                          judges=_JUDGES)
+                          judges=JUDGES)
     return res, backend
 
 
