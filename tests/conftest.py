@@ -187,8 +187,11 @@ def ray_local():
     import ray
 
     if not ray.is_initialized():
+        # no idle task workers started ahead (the tests start actors, each in a process of its own):
+        # two of them cost ~3 CPU-s to start and ~0.4 CPU-s a minute each, for nothing
         ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False, runtime_env={"env_vars": {"PYTHONUNBUFFERED": "1"}})
+                 configure_logging=False, runtime_env={"env_vars": {"PYTHONUNBUFFERED": "1"}},
+                 _system_config={"enable_worker_prestart": False, "prestart_worker_first_driver": False})
     yield ray
     ray.shutdown()
 

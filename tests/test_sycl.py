@@ -168,8 +168,10 @@ def test_no_device_error_names_the_icd_fix(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def sycl_cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("sycl-cache")
+def sycl_cache(suite_cache):
+    """The session's shared compile cache (conftest.py): the SYCL host runner, ~8 CPU-s of g++, is
+    built once, not once per pytest-xdist worker that runs a test of this file."""
+    return suite_cache
 
 
 def _evaluator(form: str, cache):

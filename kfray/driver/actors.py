@@ -44,7 +44,9 @@ class HardwareClass:
 def start_classes(co) -> None:
     """Evaluators of every hardware class (and the shared compile cache), then the prompt evolver."""
     co.classes = []
-    if any(e.share_cache for e in co.class_cfgs):
+    # The server only pays between nodes: on one node every evaluator shares its disk cache, and
+    # the server was one more process (~2 CPU-s to start) that every build was copied into.
+    if any(e.share_cache for e in co.class_cfgs) and sum(1 for n in ray.nodes() if n.get("Alive")) > 1:
         from kfray.eval.compile_cache import CacheServer
         server = ray.remote(CacheServer).options(name=f"{co.name}-compile-cache", num_cpus=0).remote()
         co.actors.append(server)

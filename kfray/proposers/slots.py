@@ -250,30 +250,46 @@ def actor_name(url: str) -> str:
     return "kfray-llm-slots-" + hashlib.sha1(url.rstrip("/").encode()).hexdigest()[:12]
 
 
+_HELD: dict[str, object] = {}       # url -> the named actor this process made with `handle()`
+
+
+def _in_ray_worker() -> bool:
+    import ray
+
+    return ray.is_initialized() and ray.get_runtime_context().worker.mode == ray.WORKER_MODE
+
+
 class EndpointSlots:
-    """The slot limiter of one endpoint: the cluster-wide named actor when Ray is up, else a
-    process-wide LocalSlots. `hold()` is a context manager that keeps the lease renewed."""
+    """The slot limiter of one endpoint: the cluster-wide named actor in a Ray worker (islands are
+    actors) or in a process that holds it (a run's driver, `handle()`), else a process-wide
+    LocalSlots: a script's proposer in a driver with Ray up does not start an actor (a process, ~2
+    CPU-s) for itself. `hold()` is a context manager that keeps the lease renewed."""
 
     def __init__(self, url: str, limit: int):
         self.url, self.limit = url, max(1, int(limit))
         self._actor = None
         self.waited_s = 0.0                     # time spent waiting for slots, for reports
 
-    def _backend(self):
+    def _named(self):
         import ray
 
-        if not ray.is_initialized():
-            with _LOCAL_LOCK:
-                return _LOCAL.setdefault(self.url, LocalSlots(self.limit))
-        if self._actor is None:
-            cls = ray.remote(num_cpus=0, max_restarts=-1, max_concurrency=1000)(SlotsActor)
-            self._actor = cls.options(name=actor_name(self.url), get_if_exists=True).remote(self.limit)
-        return self._actor
+        cls = ray.remote(num_cpus=0, max_restarts=-1, max_concurrency=1000)(SlotsActor)
+        return cls.options(name=actor_name(self.url), get_if_exists=True).remote(self.limit)
+
+    def _backend(self):
+        if self._actor is None and (_HELD.get(self.url) is not None or _in_ray_worker()):
+            self._actor = _HELD.get(self.url) or self._named()
+        if self._actor is not None:
+            return self._actor
+        with _LOCAL_LOCK:
+            return _LOCAL.setdefault(self.url, LocalSlots(self.limit))
 
     def handle(self):
         """The endpoint's named actor, created here if missing. A named actor dies with the process
-        that created it, so a run's driver calls this first and keeps the handle for the run."""
-        return self._backend()
+        that created it, so a run's driver calls this first and keeps the handle for the run; the
+        proposers of this process then use it too."""
+        self._actor = _HELD[self.url] = self._named()
+        return self._actor
 
     def _call(self, method: str, *args):
         b = self._backend()
@@ -283,8 +299,10 @@ class EndpointSlots:
 
         try:
             return ray.get(getattr(b, method).remote(*args))
-        except ray.exceptions.RayActorError:    # its owner died with it: found or made anew
-            self._actor = None
+        except ray.exceptions.RayActorError:    # its owner died with it (or the run that held it
+            self._actor = None                  # ended): found or made anew, or this process's own
+            if _HELD.get(self.url) is b:
+                del _HELD[self.url]
             return ray.get(getattr(self._backend(), method).remote(*args))
 
     def stats(self) -> dict:
