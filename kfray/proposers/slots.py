@@ -277,8 +277,8 @@ class EndpointSlots:
         return cls.options(name=actor_name(self.url), get_if_exists=True).remote(self.limit)
 
     def _backend(self):
-        if self._actor is None and (_HELD.get(self.url) is not None or _in_ray_worker()):
-            self._actor = _HELD.get(self.url) or self._named()
+        if self._actor is None:
+            self._actor = _HELD.get(self.url) or (self._named() if _in_ray_worker() else None)
         if self._actor is not None:
             return self._actor
         with _LOCAL_LOCK:
