@@ -192,6 +192,9 @@ def ray_local():
         ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
                  configure_logging=False, runtime_env={"env_vars": {"PYTHONUNBUFFERED": "1"}},
                  _system_config={"enable_worker_prestart": False, "prestart_worker_first_driver": False})
+        from kfray.cluster import stop_log_monitor
+
+        stop_log_monitor()
     yield ray
     ray.shutdown()
 

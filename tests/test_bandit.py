@@ -162,14 +162,14 @@ def test_budget_stops_the_island_cleanly():
 
 def test_token_budget_ends_a_real_run(ray_local, tmp_path, tmp_cache):
     """A whole run on Ray stops once the LLM tokens are spent. The budget is the engine's, so the
-    evaluations run on the `sim` backend (a fixed time each, no compiler)."""
+    evaluations run on the `sim` backend (a fixed time each, no compiler), at the task's tiny shape."""
     import threading
 
     from kfray.driver import run_search
 
     task = load_task("softmax")
     with PerModelServer({"m-a": _good_answer(task), "m-b": "no code here"}) as srv:
-        cfg = load_config(None, ["tasks=[softmax]", "search.islands=2", "search.retime_top=0", "search.budget=40", "search.batch=1",
+        cfg = load_config(None, ["tasks=[softmax@tiny]", "search.islands=2", "search.retime_top=0", "search.budget=40", "search.batch=1",
                                  "eval.evaluators=1", "eval.tune_budget=0", "eval.trials=1",
                                  "eval.backend=sim", "eval.simulate_s=0.3",
                                  f"eval.cache_dir={tmp_cache}", "proposer.kind=llm",
@@ -181,7 +181,7 @@ def test_token_budget_ends_a_real_run(ray_local, tmp_path, tmp_cache):
         t.start()
         t.join(240)
         assert not t.is_alive(), "the run must end once the token budget is spent"
-    m = out["tasks"]["softmax"]
+    m = out["tasks"]["softmax@tiny"]
     assert m["evaluated"] < 40
     llm = out["llm"]
     assert set(llm) <= {"m-a", "m-b"} and sum(r["calls"] for r in llm.values()) >= 1

@@ -1,7 +1,8 @@
 """Built-in tasks: one bandwidth-bound, one row reduction, one compute-bound.
 
 Each has a `tails` shape set (`axpb@tails`): sizes that are no multiple of a vector, a tile or a
-thread's share, for tests that a kernel is right at any shape."""
+thread's share, for tests that a kernel is right at any shape; and a `tiny` set (`softmax@tiny`),
+for runs that test the engine rather than the kernels (the judge's work is then a few kilobytes)."""
 from __future__ import annotations
 
 from importlib import resources
@@ -78,6 +79,7 @@ def softmax() -> Task:
         bytes_moved="8 * rows * cols", flops="5 * rows * cols", seeds=load_seeds("softmax"),
         ref="builtin:softmax",
         shape_sets={"gpu": {"r8192c4096": {"rows": 8192, "cols": 4096}, "r65536c512": {"rows": 65536, "cols": 512}},
+                    "tiny": {"r16c256": {"rows": 16, "cols": 256}},
                     "tails": {"r37c1000": {"rows": 37, "cols": 1000}, "r5c4099": {"rows": 5, "cols": 4099}}})
 
 
@@ -95,6 +97,7 @@ def matmul() -> Task:
         ref="builtin:matmul",
         shape_sets={"gpu": {"sq2048": {"m": 2048, "n": 2048, "k": 2048},
                             "r4096x2048x1024": {"m": 4096, "n": 2048, "k": 1024}},
+                    "tiny": {"sq32": {"m": 32, "n": 32, "k": 32}},
                     "tails": {"r37x45x300": {"m": 37, "n": 45, "k": 300}, "r13x70x5": {"m": 13, "n": 70, "k": 5}}})
 
 

@@ -30,7 +30,7 @@ node_names = {gpu1.node_id: "gpuA-1", gpu2.node_id: "gpuA-2", sycl.node_id: "syc
 
 budget = 36
 cfg = load_config(None, [
-    "tasks=[matmul]", "search.islands=2", f"search.budget={budget}", "search.batch=2", "search.migrate_every=2",
+    "tasks=[matmul@tiny]", "search.islands=2", f"search.budget={budget}", "search.batch=2", "search.migrate_every=2",
     "eval.backend=sim", "eval.simulate_s=0.5", "eval.tune_budget=0", "search.retime_top=0",
     "hardware=[{label: gpuA, evaluators: 2, num_gpus: 1, num_cpus: 1, resources: {'accelerator_type:A': 0.001}},"
     " {label: syclgpu, evaluators: 1, num_cpus: 1, resources: {sycl_gpu: 1}}]",
