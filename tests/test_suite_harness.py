@@ -268,6 +268,27 @@ class ModelNew(torch.nn.Module):
     assert again.correct and again.facts["compile_cached"], again.reason
 
 
+def test_a_modelnew_that_builds_nothing_skips_the_build_step_and_keeps_its_verdicts(tmp_path, cache):
+    """A pure-PyTorch ModelNew goes to the compile cache as it is, without a PyTorch import just to
+    see that it imports: right is still right, wrong still wrong, a syntax error still a compile
+    error that names its line, and a file that defines ModelNew out of sight is still imported."""
+    from kfray.config import EvalConfig
+    from kfray.eval.backends.base import CompileError
+    from kfray.eval.backends.torch_ext import TorchExtCpuBackend
+    from kfray.tasks import load_task
+
+    mine = tmp_path / "cache"           # built here, not found in the session's cache
+    right, _ = _verify(RELU, _modelnew(tmp_path, "right"), mine)
+    assert right.correct and right.facts["imported"] is False, right.facts
+    wrong, _ = _verify(RELU, _modelnew(tmp_path, "tail"), mine)
+    assert wrong.tier == 4 and "elements outside" in wrong.reason and wrong.facts["imported"] is False, wrong.reason
+    backend, task = TorchExtCpuBackend(EvalConfig(cache_dir=str(mine))), load_task(RELU)
+    with pytest.raises(CompileError, match=r"does not parse: .*\(line 3\)"):
+        backend.compile("import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x)\n", {}, task)
+    hidden = "import torch\nModelNew = type('ModelNew', (torch.nn.Module,), {'forward': lambda s, x: x.relu()})\n"
+    assert "imported" not in backend.compile(hidden, {}, task).facts        # imported once, as before
+
+
 @needs_gxx
 def test_robust_kbench_forward_extension_is_timed_the_suites_way(cache):
     res, backend = _verify(f"rkb:{RKB}@multi", RKB / "forward.cpp", cache)
