@@ -291,19 +291,15 @@ def test_cpp_extension_is_correct_and_timed_against_eager_pytorch(tasks, builds,
 
 
 @needs_gxx
-def test_builds_share_one_precompiled_torch_header_across_caches(tasks, builds, tmp_path, monkeypatch):
-    """torch/extension.h is parsed once per flag set, not once per build or per compile cache: both
-    module builds used it, and a build into another cache reuses it (no second .gch)."""
+def test_builds_share_one_precompiled_torch_header(tasks, builds):
+    """torch/extension.h is parsed once per flag set, not once per build: the module's two builds,
+    made at once, both used the one .gch (KFRAY_PCH_DIR, which every test's compile cache shares),
+    made before either library."""
     pch = Path(os.environ["KFRAY_PCH_DIR"])
     made = sorted(pch.glob("*/*.gch"))
     assert all(b.facts.get("pch") for b in builds.values()), {k: b.facts for k, b in builds.items()}
     assert len(made) == 1, made
-    stamp = made[0].stat().st_mtime_ns
-    monkeypatch.setenv("KFRAY_CACHE", str(tmp_path / "other_cache"))
-    b = get_backend("torch_ext_cpu", EvalConfig()).compile(LINEAR_RELU_CPP.replace("forward(", "forward (", 1), {},
-                                                           load_task(tasks["kb"]))
-    assert b.facts.get("pch") and not b.cached
-    assert sorted(pch.glob("*/*.gch")) == made and made[0].stat().st_mtime_ns == stamp
+    assert all(made[0].stat().st_mtime_ns <= Path(b.artifact).stat().st_mtime_ns for b in builds.values())
 
 
 @needs_gxx
