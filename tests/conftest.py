@@ -187,6 +187,10 @@ def ray_local():
     import ray
 
     if not ray.is_initialized():
+        # Ray's dashboard agent samples every worker's CPU and memory every 5 s for a dashboard no
+        # test opens: ~6 CPU-s per instance over a suite run (here and in the Ray instances of the
+        # `kfray` processes the tests start, which inherit it)
+        os.environ.setdefault("REPORTER_UPDATE_INTERVAL_MS", "60000")
         # no idle task workers started ahead (the tests start actors, each in a process of its own):
         # two of them cost ~3 CPU-s to start and ~0.4 CPU-s a minute each, for nothing
         ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,

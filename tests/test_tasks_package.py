@@ -154,7 +154,7 @@ def test_kfray_run_takes_a_package_path(ray_local, tmp_path, tmp_cache, capsys):
     pkg = _copy(tmp_path)
     run_dir = tmp_path / "run"
     assert main(["run", "--task", str(pkg), "--run-dir", str(run_dir), "--quiet",
-                 "--set", "search.islands=1", "--set", "search.budget=4", "--set", "eval.evaluators=1",
+                 "--set", "search.islands=1", "--set", "search.budget=4", "--set", "search.retime_top=0", "--set", "eval.evaluators=1",
                  "--set", "eval.tune_budget=0", "--set", f"eval.cache_dir={tmp_cache}"]) == 0
     s = json.loads((run_dir / "summary.json").read_text())
     assert s["tasks"][str(pkg)]["correct"] and s["tasks"][str(pkg)]["evaluated"] >= 2
