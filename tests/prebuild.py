@@ -26,12 +26,10 @@ def kernels() -> list[tuple[str, str]]:
 
     out = [(f"rkb:{RKB}#backward", (DATA / "rkb_form" / k).read_text())                   # test_judge_apart
            for k in ("backward_hostile.cpp", "backward_clock.cpp")]
-    out += [(f"rkb:{RKB}@multi", (RKB / "forward.cpp").read_text())]                      # test_suite_harness
-    out += [(f"rkb:{RKB}#backward", (RKB / k).read_text()) for k in ("backward.cpp", "backward_wrong.cpp")]
+    out += [(f"rkb:{RKB}@multi", (RKB / "forward.cpp").read_text())]    # test_suite_harness, test_sweep
+    out += [(f"rkb:{RKB}#backward", (RKB / k).read_text()) for k in ("backward.cpp", "backward_wrong.cpp")]  # and test_sweep
     out += [(f"rkb:{SUITE / 'optional_arg'}", seed(f"rkb:{SUITE / 'optional_arg'}")),
             (f"rkb:{SUITE / 'batchnorm_train'}", seed(f"rkb:{SUITE / 'batchnorm_train'}"))]
-    for ref in (f"rkb:{RKB}", f"rkb:{RKB}#backward"):                                   # test_sweep
-        out += [(ref, load_task(ref).seeds[0].source)]
     return out
 
 

@@ -208,22 +208,23 @@ class TorchExtCpuBackend(Backend):
         if hit and Path(str(hit) + ".ext").exists():
             return Build(str(hit), time.perf_counter() - t0, True, {"form": MODELNEW})
         ext_dir = str(self.cache.path(key, ".py")) + ".ext"
+        facts = {"form": MODELNEW}
         if builds_nothing(source):
             tmp = self.cache.temp_path(key, ".py")
             tmp.write_text(source)
-            Path(ext_dir).mkdir(parents=True, exist_ok=True)
-            return Build(str(self.cache.commit(tmp, key, ".py")), time.perf_counter() - t0, False,
-                         {"form": MODELNEW, "imported": False})
-        timeout = max(self.cfg.compile_timeout_s, MIN_COMPILE_TIMEOUT_S)
-        tmp, rc, text = self.cache.compile_source(
-            key, source, ".py",
-            lambda src, out: [sys.executable, "-c", _MODELNEW_BUILD, str(src), str(out), ext_dir, self._arch_list()],
-            timeout)
-        if rc != 0 or not tmp.exists():
-            raise CompileError(_diagnostics(text) or f"importing the ModelNew file exited with {rc}")
+            facts["imported"] = False
+        else:
+            timeout = max(self.cfg.compile_timeout_s, MIN_COMPILE_TIMEOUT_S)
+            tmp, rc, text = self.cache.compile_source(
+                key, source, ".py",
+                lambda src, out: [sys.executable, "-c", _MODELNEW_BUILD, str(src), str(out), ext_dir,
+                                  self._arch_list()],
+                timeout)
+            if rc != 0 or not tmp.exists():
+                raise CompileError(_diagnostics(text) or f"importing the ModelNew file exited with {rc}")
         Path(ext_dir).mkdir(parents=True, exist_ok=True)
         path = self.cache.commit(tmp, key, ".py")
-        return Build(str(path), time.perf_counter() - t0, False, {"form": MODELNEW})
+        return Build(str(path), time.perf_counter() - t0, False, facts)
 
     def compile(self, source: str, params: dict[str, Any], task) -> Build:
         if is_modelnew(source):
