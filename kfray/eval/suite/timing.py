@@ -10,7 +10,7 @@ import numpy as np
 
 from kfray.candidate import TIER_WRONG_VALUES
 from kfray.eval.suite.common import (KB_PERF_TRIALS, KB_WARMUP, KERNELBENCH, RKB, RKB_PERF_TRIALS, RKB_WARMUP,
-                                     SUITE_NAMES, SUITE_SEED, WARM_SPIN_S, Verdict, allclose_reason, flush_l2,
+                                     SUITE_NAMES, SUITE_SEED, Verdict, allclose_reason, flush_l2,
                                      outputs)
 from kfray.eval.suite.cpu_pin import cpu_of, pin_together
 from kfray.eval.suite.judge import Judge
@@ -27,6 +27,10 @@ from kfray.eval.suite.side_timer import SideTimer, time_case
 ROUNDS = 10
 ROUNDS_MAX_BYTES = 1 << 30    # larger inputs: one block a side, so that only one side's sets are alive at once
 LATER_WARMUP = 1              # untimed calls before each later block
+# The last stretch of a paced wait is spun, not slept: on a busy host a woken process can wait out
+# another's scheduler slice (1-3 ms), and a paced reference with a 0.48 ms cadence, sleeping all but
+# the last WARM_SPIN_S, ran at 3.1x it while a second pytest worker was busy; a spinning one keeps its CPU.
+PACE_SPIN_S = 3e-3
 MIN_BLOCK = 10                # calls a block at least (fewer blocks where trials are few): a block's cadence
                               # is the median of its calls' start-to-start gaps, which the next block's paced
                               # reference keeps
@@ -57,9 +61,10 @@ class Clock:
 
         def keep_pace():
             if pace and starts:          # sleep, then spin the last stretch: a sleep overshoots by
-                until = starts[-1] + pace     # tens of microseconds, a share of a small task's period
-                # the clock read once: preempted between two reads, a judge slept a negative length
-                left = until - time.perf_counter() - WARM_SPIN_S
+                until = starts[-1] + pace     # tens of microseconds idle, and by a scheduler slice on a
+                # busy host (PACE_SPIN_S); the clock read once: preempted between two reads, a judge
+                # slept a negative length
+                left = until - time.perf_counter() - PACE_SPIN_S
                 if left > 0:
                     time.sleep(left)
                 while time.perf_counter() < until:
