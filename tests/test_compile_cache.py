@@ -37,3 +37,43 @@ def test_server_drops_the_oldest_builds_beyond_its_size():
     s.put("k2", ".so", b"abcdef")
     assert s.get("k1") is None and s.get("k2") == {".so": b"abcdef"}
     assert s.stats()["bytes"] == 6
+
+
+def test_a_second_builder_of_a_key_waits_and_gets_the_first_ones_build(tmp_path):
+    """Two processes that want the same build (two evaluators, or the tests' background prebuild and
+    a test) build it once: the second waits for the first and is handed its artifact."""
+    import subprocess
+    import sys
+    import time
+
+    from kfray.eval.compile_cache import CompileCache
+
+    cache = CompileCache(tmp_path / "cache", isolation_mode="none")
+    key = CompileCache.key(source="x", kind="test")
+    started = tmp_path / "started"
+    first = subprocess.Popen([sys.executable, "-c", f"""
+import pathlib, time
+from kfray.eval.compile_cache import CompileCache
+cache = CompileCache({str(tmp_path / "cache")!r}, isolation_mode="none")
+with cache.building({key!r}, ".so") as done:
+    assert done is None
+    pathlib.Path({str(started)!r}).write_text("")
+    time.sleep(1.0)                               # "compiling"
+    tmp = cache.temp_path({key!r}, ".so")
+    tmp.write_bytes(b"built by the first")
+    cache.commit(tmp, {key!r}, ".so")
+"""])
+    try:
+        deadline = time.time() + 60
+        while not started.exists():
+            assert first.poll() is None and time.time() < deadline, "the first builder did not start"
+            time.sleep(0.02)
+        with cache.building(key, ".so") as done:
+            assert done is not None, "the second builder got in before the first had finished"
+            assert done.read_bytes() == b"built by the first"
+        assert first.wait(60) == 0
+    finally:
+        first.kill()
+    other = CompileCache.key(source="y", kind="test")
+    with cache.building(other, ".so") as done:          # a key nobody built: build it
+        assert done is None

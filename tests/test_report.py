@@ -19,6 +19,20 @@ def run_dir(session_run):
     return session_run["run_dir"]
 
 
+@pytest.fixture(scope="module")
+def report(run_dir):
+    """`kfray report RUN` once (a render is ~4 CPU-s of matplotlib): (its terminal output, the HTML's
+    path), read by the tests of what it wrote next to the run."""
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc = main(["report", str(run_dir)])
+    assert rc == 0, out.getvalue()[-2000:]
+    return out.getvalue(), run_dir / "report.html"
+
+
 def _images(html: str) -> list[str]:
     return re.findall(r'<img src="([^"]+)"', html)
 
@@ -36,10 +50,9 @@ def _check_pngs(html_path, names):
             assert im.format == "PNG" and min(im.size) > 250
 
 
-def test_report_writes_html_and_every_png_it_references(run_dir, capsys):
-    assert main(["report", str(run_dir)]) == 0
-    assert "report.html" in capsys.readouterr().out
-    html_path = run_dir / "report.html"
+def test_report_writes_html_and_every_png_it_references(run_dir, report):
+    out, html_path = report
+    assert "report.html" in out
     html = html_path.read_text()
     imgs = _images(html)
     expected = {"report/best_fitness.png", "report/tiers.png", "report/prompts.png", "report/archive_matmul.png",
@@ -52,9 +65,8 @@ def test_report_writes_html_and_every_png_it_references(run_dir, capsys):
     assert 'extern &quot;C&quot;' in html
 
 
-def test_lineage_shows_a_diff_and_the_prompt_at_each_step(run_dir):
-    write_report(run_dir)
-    html = (run_dir / "report.html").read_text()
+def test_lineage_shows_a_diff_and_the_prompt_at_each_step(run_dir, report):
+    html = report[1].read_text()
     section = html[html.index('id="lineage-matmul"'):]
     assert "root of the lineage" in section
     run = load_run(run_dir)

@@ -17,7 +17,9 @@ DPI = 110
 
 
 def _save(fig: Figure, path: Path) -> Path:
-    fig.savefig(path, dpi=DPI, bbox_inches="tight", facecolor="white")
+    """Every figure has the constrained layout, which keeps its labels inside the canvas: no
+    bbox_inches="tight", which draws each figure twice to find its extent."""
+    fig.savefig(path, dpi=DPI, facecolor="white")
     return path
 
 

@@ -207,24 +207,27 @@ class TorchExtCpuBackend(Backend):
         hit = self.cache.lookup(key, ".py")
         if hit and Path(str(hit) + ".ext").exists():
             return Build(str(hit), time.perf_counter() - t0, True, {"form": MODELNEW})
-        ext_dir = str(self.cache.path(key, ".py")) + ".ext"
-        facts = {"form": MODELNEW}
-        if builds_nothing(source):
-            tmp = self.cache.temp_path(key, ".py")
-            tmp.write_text(source)
-            facts["imported"] = False
-        else:
-            timeout = max(self.cfg.compile_timeout_s, MIN_COMPILE_TIMEOUT_S)
-            tmp, rc, text = self.cache.compile_source(
-                key, source, ".py",
-                lambda src, out: [sys.executable, "-c", _MODELNEW_BUILD, str(src), str(out), ext_dir,
-                                  self._arch_list()],
-                timeout)
-            if rc != 0 or not tmp.exists():
-                raise CompileError(_diagnostics(text) or f"importing the ModelNew file exited with {rc}")
-        Path(ext_dir).mkdir(parents=True, exist_ok=True)
-        path = self.cache.commit(tmp, key, ".py")
-        return Build(str(path), time.perf_counter() - t0, False, facts)
+        with self.cache.building(key, ".py") as done:      # made by another process while this one waited
+            if done is not None and Path(str(done) + ".ext").exists():
+                return Build(str(done), time.perf_counter() - t0, True, {"form": MODELNEW})
+            ext_dir = str(self.cache.path(key, ".py")) + ".ext"
+            facts = {"form": MODELNEW}
+            if builds_nothing(source):
+                tmp = self.cache.temp_path(key, ".py")
+                tmp.write_text(source)
+                facts["imported"] = False
+            else:
+                timeout = max(self.cfg.compile_timeout_s, MIN_COMPILE_TIMEOUT_S)
+                tmp, rc, text = self.cache.compile_source(
+                    key, source, ".py",
+                    lambda src, out: [sys.executable, "-c", _MODELNEW_BUILD, str(src), str(out), ext_dir,
+                                      self._arch_list()],
+                    timeout)
+                if rc != 0 or not tmp.exists():
+                    raise CompileError(_diagnostics(text) or f"importing the ModelNew file exited with {rc}")
+            Path(ext_dir).mkdir(parents=True, exist_ok=True)
+            path = self.cache.commit(tmp, key, ".py")
+            return Build(str(path), time.perf_counter() - t0, False, facts)
 
     def compile(self, source: str, params: dict[str, Any], task) -> Build:
         if is_modelnew(source):
@@ -250,17 +253,20 @@ class TorchExtCpuBackend(Backend):
         hit = self.cache.lookup(key, ".so")
         if hit:
             return Build(str(hit), time.perf_counter() - t0, True)
-        timeout = max(self.cfg.compile_timeout_s, MIN_COMPILE_TIMEOUT_S)
-        pch = self._pch(cc, version, self._common_flags(info), info, timeout)
-        name = "kf_ext_" + key
-        tmp, rc, text = self.cache.compile_source(
-            key, source, self.suffix,
-            lambda src, out: [cc, *common, *pch, f"-DTORCH_EXTENSION_NAME={name}", str(src), "-o", str(out), *link],
-            timeout)
-        if rc != 0 or not tmp.exists():
-            raise CompileError(_diagnostics(text) or f"{Path(cc).name} exited with {rc}")
-        path = self.cache.commit(tmp, key, ".so")
-        return Build(str(path), time.perf_counter() - t0, False, {"pch": bool(pch)})
+        with self.cache.building(key, ".so") as done:      # made by another process while this one waited
+            if done is not None:
+                return Build(str(done), time.perf_counter() - t0, True)
+            timeout = max(self.cfg.compile_timeout_s, MIN_COMPILE_TIMEOUT_S)
+            pch = self._pch(cc, version, self._common_flags(info), info, timeout)
+            name = "kf_ext_" + key
+            tmp, rc, text = self.cache.compile_source(
+                key, source, self.suffix,
+                lambda src, out: [cc, *common, *pch, f"-DTORCH_EXTENSION_NAME={name}", str(src), "-o", str(out), *link],
+                timeout)
+            if rc != 0 or not tmp.exists():
+                raise CompileError(_diagnostics(text) or f"{Path(cc).name} exited with {rc}")
+            path = self.cache.commit(tmp, key, ".so")
+            return Build(str(path), time.perf_counter() - t0, False, {"pch": bool(pch)})
 
     def _pch(self, cc: str, version: str, common: list[str], info: dict, timeout: float) -> list[str]:
         """Flags that include a precompiled torch/extension.h, built on first use into its own folder
