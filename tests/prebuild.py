@@ -30,6 +30,7 @@ def kernels() -> list[tuple[str, str]]:
     out += [(f"rkb:{RKB}#backward", (RKB / k).read_text()) for k in ("backward.cpp", "backward_wrong.cpp")]  # and test_sweep
     out += [(f"rkb:{SUITE / 'optional_arg'}", seed(f"rkb:{SUITE / 'optional_arg'}")),
             (f"rkb:{SUITE / 'batchnorm_train'}", seed(f"rkb:{SUITE / 'batchnorm_train'}"))]
+    out += [(f"rkb:{RKB}", seed(f"rkb:{RKB}"))]   # test_sweep: a search evaluates every seed of its task
     return out
 
 
