@@ -1,7 +1,9 @@
 """Content-addressed compile cache: a build is keyed by everything that can change its bytes.
 
 Builds are written to a temporary name and renamed into place, so a crash never leaves a half
-file under a valid key, and concurrent evaluators (or nodes sharing the folder) can race safely.
+file under a valid key, and concurrent evaluators (or nodes sharing the folder) can race safely;
+the long builds (torch extensions) also take the key's lock (`building`), so that a second
+process waits for the first one's build instead of making it again.
 Across the nodes of a cluster, a `CacheServer` actor holds every build the run made: a node that
 misses locally fetches it from there before it compiles, so nothing is compiled twice anywhere.
 """
