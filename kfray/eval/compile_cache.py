@@ -120,7 +120,10 @@ class CompileCache:
         p = self.path(key, ".lock")
         p.parent.mkdir(parents=True, exist_ok=True)
         with open(p, "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+            except OSError:           # a filesystem without locks: builds may overlap, as before
+                pass
             done = self.path(key, suffix)
             yield done if done.exists() else None
 
