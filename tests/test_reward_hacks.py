@@ -13,7 +13,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from kfray.candidate import Candidate, EvalResult
+from kfray.candidate import TIER_RUNTIME_ERROR, Candidate, EvalResult
 from kfray.config import EvalConfig
 from kfray.eval.evaluator import Evaluator
 from kfray.eval.measure import MIN_COSINE, MIN_FRACTION_CLOSE, compare
@@ -183,13 +183,18 @@ def test_e_detached_thread_finishes_after_return(evaluator):
     assert "after kf_forward returned" in r.reason or "never written" in r.reason, r.reason
 
 
-def test_e_detached_thread_starting_late(evaluator):
+@pytest.mark.parametrize("delay_ms", [2, 20])
+def test_e_detached_thread_starting_late(evaluator, delay_ms):
+    """A thread that writes the outputs only after a delay is a late writer, not a kernel that wrote
+    nothing. 20 ms outlasts the judge's first look (5 ms after a call this short): it sees the
+    outputs untouched and looks again. A busy host once made the 2 ms thread start that late."""
     src = AXPB.replace("<cmath>", "<thread>\n#include <chrono>") + """{
-        std::thread([=] { std::this_thread::sleep_for(std::chrono::milliseconds(2)); """ + COMPUTE + """ }).detach();
+        std::thread([=] { std::this_thread::sleep_for(std::chrono::milliseconds(""" + str(delay_ms) + """)); """ + \
+        COMPUTE + """ }).detach();
         return 0;
     }"""
     r = _eval(evaluator, src)
-    assert r.tier < 5 and "after kf_forward returned" in r.reason, r.reason
+    assert r.tier == TIER_RUNTIME_ERROR and "after kf_forward returned" in r.reason, r.reason
 
 
 # --- (f) writes outside its outputs, or changes its inputs --------------------------------------------
