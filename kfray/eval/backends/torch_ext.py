@@ -204,11 +204,14 @@ class TorchExtCpuBackend(Backend):
         key = CompileCache.key(source=source, torch=info["version"], kind=f"{self.name}-modelnew",
                                **self._key_facts())
         t0 = time.perf_counter()
+        def built(p) -> bool:       # the file and its build folder: a ModelNew build is both
+            return p is not None and Path(str(p) + ".ext").exists()
+
         hit = self.cache.lookup(key, ".py")
-        if hit and Path(str(hit) + ".ext").exists():
+        if built(hit):
             return Build(str(hit), time.perf_counter() - t0, True, {"form": MODELNEW})
         with self.cache.building(key, ".py") as done:      # made by another process while this one waited
-            if done is not None and Path(str(done) + ".ext").exists():
+            if built(done):
                 return Build(str(done), time.perf_counter() - t0, True, {"form": MODELNEW})
             ext_dir = str(self.cache.path(key, ".py")) + ".ext"
             facts = {"form": MODELNEW}
